@@ -1,0 +1,29 @@
+"""numpyro_lm: Laplace Matching for NumPyro models.
+
+``LaplaceMatching(model)`` replaces ``MCMC(NUTS(model))`` where a fast, closed-form
+posterior is wanted: each latent site gets its matched exponential family (Gamma, Beta,
+Dirichlet, Normal, ...) on its own domain.
+"""
+
+from .bases import Basis, basis_names, get_basis, register_basis
+from .families import MatchedFamily, family_names, get_family, register_family
+from .laplace import Gaussian
+from .matching import LaplaceMatching, MatchedPosterior, NotPositiveDefiniteError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "LaplaceMatching",
+    "MatchedPosterior",
+    "NotPositiveDefiniteError",
+    "Gaussian",
+    "Basis",
+    "register_basis",
+    "basis_names",
+    "get_basis",
+    "MatchedFamily",
+    "register_family",
+    "family_names",
+    "get_family",
+    "__version__",
+]

@@ -1,0 +1,43 @@
+"""Per-site Gaussian marginals of the joint Laplace Gaussian, and their matched families.
+
+A site is matched *elementwise* (one Gaussian coordinate per parameter entry: Gamma,
+Beta, Normal over a scalar site) or *per event vector* (Dirichlet over the ``K - 1``
+softmax coordinates, MultivariateNormal over a vector site). The elementwise marginal is
+``(mean, var)`` with the site's basis shape; the vector marginal is ``(mean (..., d),
+cov (..., d, d))`` with one block per batch entry.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from .families import MatchedFamily, get_family
+from .trace import Layout, SiteSpec
+
+__all__ = ["is_elementwise", "site_marginal", "matched_params"]
+
+
+def is_elementwise(site: SiteSpec, family: MatchedFamily) -> bool:
+    if family.event_dim is not None:
+        return family.event_dim == 0
+    return site.basis_event_dim != 1
+
+
+def site_marginal(site: SiteSpec, family: MatchedFamily, mean, cov):
+    """The site's block of the flat Gaussian ``(mean (D,), cov (D, D))``."""
+    index = np.arange(site.offset, site.offset + site.size)
+    site_mean = mean[index].reshape(site.basis_shape)
+    if is_elementwise(site, family):
+        return site_mean, jnp.diagonal(cov)[index].reshape(site.basis_shape)
+    blocks = index.reshape(site.basis_shape)
+    return site_mean, cov[blocks[..., :, None], blocks[..., None, :]]
+
+
+def matched_params(layout: Layout, mean, cov) -> dict:
+    """``{site: params of its matched family}`` from the flat Gaussian."""
+    out = {}
+    for site in layout.sites:
+        family = get_family(site.family)
+        out[site.name] = family.from_gaussian(*site_marginal(site, family, mean, cov))
+    return out

@@ -1,0 +1,266 @@
+"""From a NumPyro model to a log density over one flat vector of LM-basis coordinates.
+
+``trace_sites`` runs the model once (abstractly, under ``jax.eval_shape``) and returns a
+:class:`SiteSpec` per latent site: shapes, support, basis, matched family, prior, and
+where the site's coordinates sit in the flat vector. It refuses what a Laplace
+approximation cannot treat, naming the site.
+
+``potential`` and ``constrain`` run the model with every latent site substituted from the
+flat vector. The basis transform of a site is rebuilt from the support seen *in that
+run*, so a support that depends on another site (``Uniform(0, 1 - a)``) is always mapped
+with the current value of ``a``; NumPyro's own ``_unconstrain_reparam`` works the same
+way, and the log-Jacobian enters as a factor scaled like the site.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpyro
+from numpyro import handlers
+from numpyro.distributions.util import sum_rightmost
+from numpyro.infer.util import log_density
+
+from .bases import Basis, basis_for_constraint, get_basis
+from .families import MatchedFamily, get_family
+
+__all__ = ["SiteSpec", "Layout", "trace_sites", "potential", "constrain", "init_values", "unravel"]
+
+
+class SiteSpec(NamedTuple):
+    """What LM needs to know about one latent sample site."""
+
+    name: str
+    shape: tuple  # constrained value shape (batch + event)
+    basis_shape: tuple  # shape of the site's basis coordinates
+    basis_event_dim: int  # event dims of the basis coordinates
+    basis: str
+    family: str
+    prior: str  # class name of the prior distribution
+    offset: int  # first index of the site in the flat vector
+    size: int
+
+
+class Layout(NamedTuple):
+    """The latent sites of a model in trace order, and the length of the flat vector."""
+
+    sites: tuple
+    size: int
+
+    def site(self, name: str) -> SiteSpec:
+        for s in self.sites:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    def coordinate(self, index: int) -> str:
+        """A readable name for flat coordinate ``index``: ``"tau"`` or ``"theta[3]"``."""
+        for s in self.sites:
+            if s.offset <= index < s.offset + s.size:
+                if s.size == 1:
+                    return s.name
+                where = tuple(int(i) for i in jnp.unravel_index(index - s.offset, s.basis_shape))
+                return f"{s.name}[{', '.join(map(str, where))}]"
+        raise IndexError(index)
+
+
+def unravel(layout: Layout, flat):
+    """Flat vector ``(..., D)`` -> ``{site: basis coordinates}`` (leading dims kept)."""
+    lead = flat.shape[:-1]
+    return {
+        s.name: flat[..., s.offset : s.offset + s.size].reshape(lead + s.basis_shape)
+        for s in layout.sites
+    }
+
+
+def ravel(layout: Layout, values) -> jnp.ndarray:
+    """Inverse of :func:`unravel` for unbatched values."""
+    return jnp.concatenate([jnp.reshape(values[s.name], (-1,)) for s in layout.sites])
+
+
+def _is_latent(site) -> bool:
+    return site["type"] == "sample" and not site["is_observed"]
+
+
+class SiteChoice(NamedTuple):
+    """The user's per-site overrides, resolved to basis and family objects."""
+
+    bases: dict
+    families: dict
+
+    def basis(self, site) -> Basis:
+        name = site["name"]
+        if name in self.bases:
+            return get_basis(self.bases[name])
+        return basis_for_constraint(site["fn"].support)
+
+    def family(self, site, basis: Basis) -> MatchedFamily:
+        name = site["name"]
+        family = get_family(self.families.get(name, basis.family))
+        if family.basis is not None and family.basis != basis.name:
+            raise ValueError(
+                f"site {name!r}: family {family.name!r} is matched in the {family.basis!r} "
+                f"basis, but the site uses the {basis.name!r} basis. Pass "
+                f"bases={{{name!r}: {family.basis!r}}} or choose another family."
+            )
+        return family
+
+
+def _transform(choice: SiteChoice, site):
+    basis = choice.basis(site)
+    try:
+        return basis.transform(site["fn"].support)
+    except (NotImplementedError, ValueError) as e:
+        raise ValueError(
+            f"site {site['name']!r}: no {basis.name!r} basis for its support "
+            f"{site['fn'].support}. Choose another basis with bases={{{site['name']!r}: ...}} "
+            f"or register one with numpyro_lm.register_basis. ({e})"
+        ) from e
+
+
+def _basis_value(params, choice: SiteChoice, site):
+    """substitute_fn: basis coordinates -> constrained value, adding log|det J| as a factor."""
+    name = site["name"]
+    if name not in params or not _is_latent(site):
+        return None
+    y = params[name]
+    t = _transform(choice, site)
+    x = t(y)
+    log_det = t.log_abs_det_jacobian(y, x)
+    log_det = sum_rightmost(log_det, jnp.ndim(log_det) - jnp.ndim(x) + len(site["fn"].event_shape))
+    if site["scale"] is not None:
+        log_det = site["scale"] * log_det
+    numpyro.factor(f"_{name}_lm_log_det", log_det)
+    return x
+
+
+def _substituted(model, layout: Layout, choice: SiteChoice, flat):
+    params = unravel(layout, flat)
+    return handlers.substitute(model, substitute_fn=partial(_basis_value, params, choice))
+
+
+def potential(model, layout, choice, flat, args, kwargs):
+    """log p(x(y), data) + log|det dx/dy| at the flat basis coordinates ``flat``."""
+    log_joint, _ = log_density(_substituted(model, layout, choice, flat), args, kwargs, {})
+    return log_joint
+
+
+def constrain(model, layout, choice, flat, args, kwargs):
+    """Constrained values of the latent and deterministic sites at ``flat``."""
+    tr = handlers.trace(_substituted(model, layout, choice, flat)).get_trace(*args, **kwargs)
+    latent = {s.name for s in layout.sites}
+    return {
+        name: site["value"]
+        for name, site in tr.items()
+        if name in latent or site["type"] == "deterministic"
+    }
+
+
+def support_bounds(model, layout, choice, flat, args, kwargs):
+    """The bounds of every latent site's support at ``flat`` (to find dependent supports)."""
+    tr = handlers.trace(_substituted(model, layout, choice, flat)).get_trace(*args, **kwargs)
+    bounds = {}
+    for s in layout.sites:
+        support = tr[s.name]["fn"].support
+        while hasattr(support, "base_constraint"):
+            support = support.base_constraint
+        parts = [
+            jnp.ravel(jnp.asarray(getattr(support, attr), dtype=flat.dtype))
+            for attr in ("lower_bound", "upper_bound")
+            if hasattr(support, attr)
+        ]
+        bounds[s.name] = jnp.concatenate(parts) if parts else jnp.zeros((0,), flat.dtype)
+    return bounds
+
+
+def init_values(model, layout, choice, init_strategy, rng_key, args, kwargs):
+    """Flat basis coordinates of the initial point given by a numpyro init strategy.
+
+    Init strategies sample in numpyro's own unconstrained space; sites with flat priors
+    (``ImproperUniform``) fall back to ``init_to_uniform`` there, so nothing is ever
+    forward-sampled from a flat prior.
+    """
+    seeded = handlers.substitute(handlers.seed(model, rng_key), substitute_fn=init_strategy)
+    tr = handlers.trace(seeded).get_trace(*args, **kwargs)
+    values = {}
+    for s in layout.sites:
+        site = tr[s.name]
+        values[s.name] = jnp.broadcast_to(_transform(choice, site).inv(site["value"]), s.basis_shape)
+    return ravel(layout, values).astype(jnp.result_type(float))
+
+
+def _refuse(site, why: str, fix: str):
+    raise ValueError(f"site {site['name']!r}: {why}. {fix}")
+
+
+def _check_site(site, subsampled_plates):
+    fn = site["fn"]
+    if fn.support.is_discrete or fn.is_discrete:
+        _refuse(
+            site,
+            f"discrete latent variables ({type(fn).__name__}) have no Laplace approximation",
+            "Marginalise it out in the model (sum over its values with logsumexp and "
+            "numpyro.factor) or sample it with MCMC (for example DiscreteHMCGibbs).",
+        )
+    if site["infer"].get("enumerate"):
+        _refuse(site, "enumerated sites are not supported", "Marginalise it out in the model.")
+    frames = {f.name for f in site["cond_indep_stack"]}
+    if frames & subsampled_plates:
+        _refuse(
+            site,
+            f"it lies in the subsampled plate(s) {sorted(frames & subsampled_plates)}",
+            "Laplace Matching needs the full data; drop subsample_size from the plate.",
+        )
+
+
+def trace_sites(model, args, kwargs, choice: SiteChoice, init_strategy, rng_key) -> Layout:
+    """Run the model abstractly and describe its latent sites (see :class:`SiteSpec`)."""
+    found = []
+
+    def run(rng_key, args, kwargs):
+        seeded = handlers.substitute(handlers.seed(model, rng_key), substitute_fn=init_strategy)
+        tr = handlers.trace(seeded).get_trace(*args, **kwargs)
+        subsampled = {
+            name
+            for name, site in tr.items()
+            if site["type"] == "plate" and site["args"][1] is not None and site["args"][1] != site["args"][0]
+        }
+        out = {}
+        for name, site in tr.items():
+            if site["type"] == "sample" and site["is_observed"]:
+                frames = {f.name for f in site["cond_indep_stack"]}
+                if frames & subsampled:
+                    _refuse(site, f"it lies in the subsampled plate(s) {sorted(frames & subsampled)}",
+                            "Laplace Matching needs the full data; drop subsample_size from the plate.")
+            if not _is_latent(site):
+                continue
+            _check_site(site, subsampled)
+            basis = choice.basis(site)
+            family = choice.family(site, basis)
+            t = _transform(choice, site)
+            y = t.inv(site["value"])
+            found.append((name, tuple(jnp.shape(site["value"])), basis.name, family.name,
+                          type(site["fn"]).__name__, t.domain.event_dim))
+            out[name] = y
+        return out
+
+    shapes = jax.eval_shape(run, rng_key, args, kwargs)
+    unknown = (set(choice.bases) | set(choice.families)) - set(shapes)
+    if unknown:
+        raise ValueError(
+            f"bases/families name {sorted(unknown)}, which are not latent sample sites of the "
+            f"model; its latent sites are {[f[0] for f in found]}."
+        )
+    sites, offset = [], 0
+    for name, shape, basis, family, prior, event_dim in found:
+        basis_shape = tuple(shapes[name].shape)
+        size = math.prod(basis_shape)
+        sites.append(SiteSpec(name, shape, basis_shape, event_dim, basis, family, prior, offset, size))
+        offset += size
+    if not sites:
+        raise ValueError("the model has no latent sample sites: there is nothing to infer.")
+    return Layout(tuple(sites), offset)
