@@ -16,13 +16,13 @@ through the model, so supports that depend on other sites use the drawn values.
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 from jax.scipy.special import ndtr
 
 from .families import get_family
 from .laplace import Gaussian
 from .marginals import site_marginal
+from .random import key_bits
 from .trace import Layout
 
 __all__ = ["copula_draws"]
@@ -30,8 +30,7 @@ __all__ = ["copula_draws"]
 
 def copula_draws(rng_key, gaussian: Gaussian, layout: Layout, params: dict, num_samples: int):
     """``(num_samples, D)`` draws in basis coordinates (see the module docstring)."""
-    key_gauss, key_indep = jax.random.split(rng_key)
-    z = gaussian.sample(key_gauss, num_samples)
+    z = gaussian.sample(rng_key, num_samples, stream=num_samples)
     columns = []
     for i, site in enumerate(layout.sites):
         family = get_family(site.family)
@@ -43,6 +42,7 @@ def copula_draws(rng_key, gaussian: Gaussian, layout: Layout, params: dict, num_
             u = ndtr((z_site - mean) / jnp.sqrt(var))
             y = family.basis_quantile(params[site.name], u)
         else:
-            y = family.sample_basis(jax.random.fold_in(key_indep, i), params[site.name], (num_samples,))
+            site_key = key_bits(rng_key)[-2:] ^ jnp.asarray([i + 1, num_samples], jnp.uint32)
+            y = family.sample_basis(site_key, params[site.name], (num_samples,))
         columns.append(y.reshape((num_samples, site.size)))
     return jnp.concatenate(columns, axis=1)

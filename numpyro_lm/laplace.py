@@ -23,6 +23,8 @@ import jax.numpy as jnp
 import optax
 from jax import lax
 
+from .random import standard_normal
+
 __all__ = [
     "OptimState",
     "initial_state",
@@ -194,10 +196,8 @@ class Gaussian(NamedTuple):
     eigenvectors: jnp.ndarray
     cov: jnp.ndarray
 
-    def sample(self, rng_key, num_samples: int):
-        # drawn flat: XLA on CPU compiles an (n, D) normal draw several times slower
-        d = self.mean.shape[-1]
-        eps = jax.random.normal(rng_key, (num_samples * d,), self.mean.dtype).reshape(num_samples, d)
+    def sample(self, rng_key, num_samples: int, stream: int = 0):
+        eps = standard_normal(rng_key, (num_samples,) + self.mean.shape, self.mean.dtype, stream)
         return self.mean + (eps / jnp.sqrt(self.eigenvalues)) @ self.eigenvectors.T
 
 

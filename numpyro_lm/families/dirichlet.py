@@ -22,15 +22,13 @@ coordinates ``y`` with ``z = V y`` (numpyro's orthonormal ``ZeroSumTransform``).
 
 from __future__ import annotations
 
-import math
-
-import jax
 import jax.numpy as jnp
 import numpyro.distributions as dist
 from jax.scipy.special import ndtr
 from numpyro.distributions.transforms import ZeroSumTransform
 
 from ..quantiles import gamma_log_quantile
+from ..random import standard_normal
 
 from .base import MatchedFamily, register_family
 
@@ -98,10 +96,9 @@ def _sample_basis(rng_key, params, sample_shape):
     # Independent log-Gamma(alpha_k) draws by their quantile function: finite for
     # concentrations far below one (where Gamma draws underflow to zero), and cheap to
     # compile (jax.random.gamma is a rejection sampler that compiles for seconds). The
-    # zero-sum projection removes the normaliser.
+    # zero-sum projection removes the normaliser. ``rng_key`` is already site-specific.
     alpha = params["concentration"]
-    shape = sample_shape + alpha.shape
-    eps = jax.random.normal(rng_key, (math.prod(shape),), alpha.dtype).reshape(shape)
+    eps = standard_normal(rng_key, sample_shape + alpha.shape, alpha.dtype, stream=1)
     log_gamma = gamma_log_quantile(alpha, 1.0, ndtr(eps))
     z = log_gamma - jnp.mean(log_gamma, axis=-1, keepdims=True)
     return ZeroSumTransform().inv(z)
