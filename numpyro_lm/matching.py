@@ -37,7 +37,7 @@ import numpy as np
 import numpyro.distributions as dist
 from numpyro import handlers
 from numpyro.diagnostics import print_summary as _print_summary
-from numpyro.distributions.transforms import ComposeTransform, IndependentTransform
+from numpyro.distributions.transforms import AffineTransform, ComposeTransform, IndependentTransform
 from numpyro.infer.initialization import init_to_uniform, init_to_value
 from tqdm.auto import tqdm
 
@@ -174,6 +174,23 @@ class MatchedPosterior(Mapping):
 
     def __repr__(self):
         return f"MatchedPosterior({list(self._names)})"
+
+
+class AffineTransformed(dist.TransformedDistribution):
+    """``loc + scale * X`` for a matched family ``X`` (bounded sites), with its moments."""
+
+    @property
+    def _affine(self):
+        (t,) = self.transforms
+        return t
+
+    @property
+    def mean(self):
+        return self._affine.loc + self._affine.scale * self.base_dist.mean
+
+    @property
+    def variance(self):
+        return jnp.square(self._affine.scale) * self.base_dist.variance
 
 
 def _outer_transform(t):
@@ -542,8 +559,14 @@ class LaplaceMatching:
         if is_elementwise(site, family) and site.basis_event_dim > 0:
             d = d.to_event(site.basis_event_dim)
         transform = _transform(self._choice, self._mode_trace()[name])
-        outer = transform if family.in_basis else _outer_transform(transform)
-        return d if outer is None else dist.TransformedDistribution(d, outer)
+        if family.in_basis:
+            return dist.TransformedDistribution(d, transform)
+        outer = _outer_transform(transform)
+        if outer is None:
+            return d
+        if isinstance(outer, AffineTransform):
+            return AffineTransformed(d, outer)
+        return dist.TransformedDistribution(d, outer)
 
     def diagnostics(self) -> dict:
         """How the fit went: optimiser iterations and convergence, gradient, curvature."""
