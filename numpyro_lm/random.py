@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["standard_normal", "key_bits"]
+__all__ = ["standard_normal", "log_gamma", "key_bits"]
 
 
 def key_bits(rng_key):
@@ -23,12 +23,35 @@ def key_bits(rng_key):
     return rng_key.ravel()
 
 
+def _generator(bits, stream: int):
+    return np.random.default_rng([int(b) for b in np.asarray(bits, np.uint32).ravel()] + [stream])
+
+
 def standard_normal(rng_key, shape: tuple, dtype=None, stream: int = 0):
     """``N(0, 1)`` draws of ``shape``, reproducible from ``rng_key`` and ``stream``."""
     dtype = jnp.result_type(float) if dtype is None else dtype
 
     def host(bits):
-        seed = [int(b) for b in np.asarray(bits, np.uint32).ravel()] + [stream]
-        return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+        return _generator(bits, stream).standard_normal(shape).astype(dtype)
 
     return jax.pure_callback(host, jax.ShapeDtypeStruct(shape, dtype), key_bits(rng_key), vmap_method="sequential")
+
+
+def log_gamma(rng_key, concentration, shape: tuple, stream: int = 0):
+    r"""``log X`` with ``X ~ Gamma(concentration, 1)`` of ``shape`` (batch shape last).
+
+    Uses :math:`X \overset{d}{=} Y U^{1/\alpha}` with ``Y ~ Gamma(alpha + 1)`` and
+    ``U ~ Uniform(0, 1)``, so the log stays finite for concentrations far below one,
+    where Gamma draws underflow to zero.
+    """
+    dtype = jnp.result_type(concentration, float)
+
+    def host(bits, alpha):
+        rng = _generator(bits, stream)
+        alpha = np.broadcast_to(np.asarray(alpha, np.float64), shape)
+        out = np.log(rng.standard_gamma(alpha + 1.0)) + np.log(rng.random(shape)) / alpha
+        return out.astype(dtype)
+
+    return jax.pure_callback(
+        host, jax.ShapeDtypeStruct(shape, dtype), key_bits(rng_key), concentration, vmap_method="sequential"
+    )

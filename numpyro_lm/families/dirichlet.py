@@ -24,11 +24,9 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpyro.distributions as dist
-from jax.scipy.special import ndtr
 from numpyro.distributions.transforms import ZeroSumTransform
 
-from ..quantiles import gamma_log_quantile
-from ..random import standard_normal
+from ..random import log_gamma
 
 from .base import MatchedFamily, register_family
 
@@ -93,14 +91,11 @@ def _distribution(params):
 
 
 def _sample_basis(rng_key, params, sample_shape):
-    # Independent log-Gamma(alpha_k) draws by their quantile function: finite for
-    # concentrations far below one (where Gamma draws underflow to zero), and cheap to
-    # compile (jax.random.gamma is a rejection sampler that compiles for seconds). The
-    # zero-sum projection removes the normaliser. ``rng_key`` is already site-specific.
+    # Independent log-Gamma(alpha_k) draws; the zero-sum projection removes the
+    # normaliser of the Dirichlet. ``rng_key`` is already specific to the site.
     alpha = params["concentration"]
-    eps = standard_normal(rng_key, sample_shape + alpha.shape, alpha.dtype, stream=1)
-    log_gamma = gamma_log_quantile(alpha, 1.0, ndtr(eps))
-    z = log_gamma - jnp.mean(log_gamma, axis=-1, keepdims=True)
+    log_x = log_gamma(rng_key, alpha, sample_shape + alpha.shape)
+    z = log_x - jnp.mean(log_x, axis=-1, keepdims=True)
     return ZeroSumTransform().inv(z)
 
 

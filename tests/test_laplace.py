@@ -1,0 +1,81 @@
+"""The mode search and the Gaussian at the mode."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from numpyro_lm.laplace import (
+    evaluate,
+    gaussian_from_eigh,
+    initial_state,
+    lbfgs_minimize,
+    newton_minimize,
+    value_grad_hessian,
+)
+
+pytestmark = pytest.mark.usefixtures("x64")
+
+
+def rosenbrock(x):
+    return jnp.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
+
+
+def test_value_grad_hessian_matches_jax():
+    x = jnp.array([0.3, -1.2, 0.8])
+    value, grad, hess = value_grad_hessian(rosenbrock, x)
+    np.testing.assert_allclose(value, rosenbrock(x))
+    np.testing.assert_allclose(grad, jax.grad(rosenbrock)(x), rtol=1e-12)
+    np.testing.assert_allclose(hess, jax.hessian(rosenbrock)(x), rtol=1e-12)
+
+
+def test_newton_solves_a_quadratic_in_one_step():
+    a = jnp.array([[3.0, 1.0], [1.0, 2.0]])
+    b = jnp.array([1.0, -4.0])
+    fn = lambda x: 0.5 * x @ a @ x - b @ x
+    state = newton_minimize(fn, initial_state(jnp.zeros(2)), 1e-9, 20)
+    assert bool(state.converged) and int(state.num_iter) == 1
+    np.testing.assert_allclose(state.x, jnp.linalg.solve(a, b), rtol=1e-12)
+    # the curvature at the mode comes with the convergence check
+    assert bool(state.fresh)
+    np.testing.assert_allclose(state.hess, a, rtol=1e-12)
+
+
+def test_newton_converges_on_rosenbrock():
+    state = newton_minimize(rosenbrock, initial_state(jnp.array([-1.2, 1.0, 0.5])), 1e-9, 200)
+    assert bool(state.converged)
+    np.testing.assert_allclose(state.x, jnp.ones(3), rtol=1e-8)
+
+
+def test_newton_escapes_a_saddle():
+    """Saddle-free steps (|eigenvalues|) move away from the saddle at y = 0."""
+    fn = lambda v: v[0] ** 2 - v[1] ** 2 + 0.25 * v[1] ** 4
+    state = newton_minimize(fn, initial_state(jnp.array([1.0, 1e-3])), 1e-9, 100)
+    assert bool(state.converged)
+    np.testing.assert_allclose(jnp.abs(state.x), jnp.array([0.0, jnp.sqrt(2.0)]), atol=1e-8)
+    assert float(jnp.min(state.eigenvalues)) > 0
+
+
+def test_lbfgs_then_newton():
+    state = lbfgs_minimize(rosenbrock, initial_state(jnp.array([-1.2, 1.0, 0.5])), 1e-6, 500)
+    assert float(state.grad_norm) < 1e-6
+    state = newton_minimize(rosenbrock, state, 1e-9, 510)
+    assert bool(state.converged)
+    np.testing.assert_allclose(state.x, jnp.ones(3), rtol=1e-8)
+
+
+def test_gaussian_from_eigh_and_sampling():
+    precision = jnp.array([[2.0, 0.9], [0.9, 1.0]])
+    state = evaluate(lambda x: 0.5 * x @ precision @ x, initial_state(jnp.zeros(2)))
+    g = gaussian_from_eigh(state.x, state.hess, state.eigenvalues, state.eigenvectors)
+    np.testing.assert_allclose(g.cov, jnp.linalg.inv(precision), rtol=1e-12)
+    n = 40000
+    draws = g.sample(jax.random.PRNGKey(0), n)
+    # covariance entries have MC standard error ~ sqrt(2/n) * scale ~ 0.007
+    np.testing.assert_allclose(jnp.cov(draws.T), g.cov, atol=0.05)
+    np.testing.assert_allclose(draws.mean(0), 0.0, atol=0.03)
+
+
+def test_not_positive_definite_gives_nan_covariance():
+    g = gaussian_from_eigh(jnp.zeros(2), jnp.diag(jnp.array([1.0, -1.0])), jnp.array([-1.0, 1.0]), jnp.eye(2))
+    assert not bool(jnp.all(jnp.isfinite(g.cov)))
