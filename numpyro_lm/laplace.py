@@ -202,7 +202,13 @@ class Gaussian(NamedTuple):
 
 
 def gaussian_from_eigh(mean, precision, eigenvalues, eigenvectors) -> Gaussian:
-    """Gaussian from the mode and the eigen-decomposition of the precision."""
-    inv = jnp.where(eigenvalues > 0, 1.0 / eigenvalues, jnp.nan)
+    """Gaussian from the mode and the eigen-decomposition of the precision.
+
+    Eigenvalues below ``D * eps * max(eigenvalue)`` are numerically zero (rounding alone
+    can make them slightly positive): they make ``cov`` NaN, like negative ones, rather
+    than a covariance of 1e16 along a direction the data do not identify.
+    """
+    floor = mean.shape[-1] * jnp.finfo(eigenvalues.dtype).eps * jnp.max(jnp.abs(eigenvalues))
+    inv = jnp.where(eigenvalues > floor, 1.0 / eigenvalues, jnp.nan)
     cov = (eigenvectors * inv) @ eigenvectors.T
     return Gaussian(mean, precision, eigenvalues, eigenvectors, cov)

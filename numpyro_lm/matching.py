@@ -288,7 +288,7 @@ class LaplaceMatching:
             get_family(name)
         self._compiled = {}
         self._fit: Optional[_Fit] = None
-        self._samples = None
+        self._posterior, self._dependent_sites = None, None
         self._args, self._kwargs = (), {}
 
     # ------------------------------------------------------------------ compilation
@@ -404,12 +404,13 @@ class LaplaceMatching:
         compiled, dynamic = self._prepare(rng_key, args, kwargs, init_params)
         self._args, self._kwargs = args, kwargs
         self._layout, self._draw_fn, self._dynamic = compiled.layout, compiled.draw, dynamic
-        self._posterior = None
+        self._posterior, self._dependent_sites = None, None
 
-        chunk = min(self.max_iter, 25)
+        # Iterations per compiled call: the progress bar can only move between calls.
+        chunk = min(self.max_iter, 25 if compiled.layout.size <= 500 else 5)
         at_origin = self.init_strategy is None and init_params is None
         fit = compiled.fit(rng_key, dynamic, chunk, self.num_samples, at_origin)
-        if at_origin and not bool(jnp.isfinite(fit.state.value)):
+        if at_origin and not bool(fit.finite.value):
             # the basis origin lies outside the density's support (e.g. the sqrt basis)
             fit = compiled.fit(rng_key, dynamic, chunk, self.num_samples, False)
         state = fit.state
@@ -418,7 +419,7 @@ class LaplaceMatching:
             if not bool(state.fresh):
                 state = compiled.refresh(state, dynamic)
             fit = compiled.finish(state, fit.sample_key, dynamic, self.num_samples)
-        self._fit, self._samples = fit, fit.samples
+        self._fit = fit
         self._check(fit)
         return self
 
@@ -503,10 +504,10 @@ class LaplaceMatching:
         :param bool group_by_chain: add a leading chain axis of size 1.
         """
         fit = self._require_fit()
-        samples = self._samples
+        samples = fit.samples
         if num_samples is not None and num_samples != self.num_samples:
-            key = jax.random.fold_in(fit.sample_key, num_samples)
-            samples = self._draw_fn(key, fit.gaussian, fit.params, self._dynamic, num_samples)
+            # the copula's host streams are keyed by num_samples: new, independent draws
+            samples = self._draw_fn(fit.sample_key, fit.gaussian, fit.params, self._dynamic, num_samples)
         if group_by_chain:
             samples = jax.tree.map(lambda x: x[None], samples)
         return samples
@@ -545,7 +546,7 @@ class LaplaceMatching:
         return handlers.trace(model).get_trace(*self._args, **self._kwargs)
 
     def _is_dependent(self, name: str) -> bool:
-        if not hasattr(self, "_dependent_sites"):
+        if self._dependent_sites is None:
             bounds = partial(support_bounds, self.model, self._layout, self._choice)
             jac = jax.jacfwd(lambda y: bounds(y, self._args, self._kwargs))(self._fit.gaussian.mean)
             self._dependent_sites = {k for k, v in jac.items() if v.size and bool(jnp.any(v != 0))}

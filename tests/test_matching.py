@@ -418,6 +418,16 @@ def test_flat_direction_names_the_sites():
     assert lm.diagnostics()["hessian_min_eigenvalue"] > 0
 
 
+def test_flat_direction_in_float32_suggests_float64(x32):
+    def model(y):
+        a = numpyro.sample("a", dist.ImproperUniform(constraints.real, (), ()))
+        b = numpyro.sample("b", dist.ImproperUniform(constraints.real, (), ()))
+        numpyro.sample("y", dist.Normal(a + b, 1.0), obs=y)
+
+    with pytest.raises(NotPositiveDefiniteError, match="jax_enable_x64"):
+        fit(model, jnp.array([1.0, 2.0]))
+
+
 def test_non_finite_density_is_reported():
     def model():
         numpyro.sample("x", dist.Normal(0.0, 1.0))
