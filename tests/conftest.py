@@ -2,18 +2,20 @@ import jax
 import pytest
 
 
+def _with_x64(enabled: bool):
+    previous = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", enabled)
+    yield
+    jax.config.update("jax_enable_x64", previous)
+
+
 @pytest.fixture
 def x64():
     """Run a test in float64 and restore the previous setting afterwards."""
-    previous = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", previous)
+    yield from _with_x64(True)
 
 
 @pytest.fixture
 def x32():
-    previous = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", False)
-    yield
-    jax.config.update("jax_enable_x64", previous)
+    """Run a test in float32 (the library must work there too)."""
+    yield from _with_x64(False)
