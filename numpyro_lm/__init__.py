@@ -6,7 +6,14 @@ Dirichlet, Normal, ...) on its own domain.
 """
 
 from .bases import Basis, basis_names, get_basis, register_basis
-from .families import MatchedFamily, family_names, get_family, register_family
+from .families import (
+    MatchedFamily,
+    family_bases,
+    family_names,
+    get_family,
+    register_family,
+    register_prior_family,
+)
 from .laplace import Gaussian
 from .matching import LaplaceMatching, MatchedPosterior, NotPositiveDefiniteError
 
@@ -24,6 +31,8 @@ __all__ = [
     "MatchedFamily",
     "register_family",
     "family_names",
+    "family_bases",
+    "register_prior_family",
     "get_family",
     "__version__",
 ]

@@ -301,7 +301,7 @@ register_basis(
     "beta",
     (constraints.unit_interval, constraints.interval, constraints.open_interval),
 )
-register_basis("sqrt", with_independent(_sqrt), "gamma_sqrt")
+register_basis("sqrt", with_independent(_sqrt), "gamma")
 register_basis("softmax", lambda c: ZeroSumSoftmaxTransform(), "dirichlet", (constraints.simplex,))
 register_basis(
     "logm", lambda c: SymmetricMatrixExpTransform(), "gaussian", (constraints.positive_definite,)

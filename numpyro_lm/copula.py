@@ -33,7 +33,7 @@ def copula_draws(rng_key, gaussian: Gaussian, layout: Layout, params: dict, num_
     z = gaussian.sample(rng_key, num_samples, stream=num_samples)
     columns = []
     for i, site in enumerate(layout.sites):
-        family = get_family(site.family)
+        family = get_family(site.family, site.basis)
         z_site = z[:, site.offset : site.offset + site.size].reshape((num_samples,) + site.basis_shape)
         if family.copula == "gaussian":
             y = z_site

@@ -38,6 +38,6 @@ def matched_params(layout: Layout, mean, cov) -> dict:
     """``{site: params of its matched family}`` from the flat Gaussian."""
     out = {}
     for site in layout.sites:
-        family = get_family(site.family)
+        family = get_family(site.family, site.basis)
         out[site.name] = family.from_gaussian(*site_marginal(site, family, mean, cov))
     return out

@@ -43,7 +43,7 @@ from tqdm.auto import tqdm
 
 from .bases import get_basis
 from .copula import copula_draws
-from .families import get_family
+from .families import family_names, get_family
 from .laplace import (
     Gaussian,
     OptimState,
@@ -285,7 +285,8 @@ class LaplaceMatching:
         for name in self._choice.bases.values():
             get_basis(name)
         for name in self._choice.families.values():
-            get_family(name)
+            if name not in family_names():
+                get_family(name)  # raises with the list of families
         self._compiled = {}
         self._fit: Optional[_Fit] = None
         self._posterior, self._dependent_sites = None, None
@@ -554,7 +555,7 @@ class LaplaceMatching:
 
     def _site_distribution(self, name: str):
         site = self._layout.site(name)
-        family = get_family(site.family)
+        family = get_family(site.family, site.basis)
         params = self._fit.params[name]
         d = family.distribution(params)
         if is_elementwise(site, family) and site.basis_event_dim > 0:

@@ -26,7 +26,7 @@ from numpyro.distributions.util import sum_rightmost
 from numpyro.infer.util import log_density
 
 from .bases import Basis, basis_for_constraint, get_basis
-from .families import MatchedFamily, get_family
+from .families import MatchedFamily, family_for_prior, get_family
 
 __all__ = ["SiteSpec", "Layout", "trace_sites", "potential", "constrain", "init_values", "unravel"]
 
@@ -99,15 +99,19 @@ class SiteChoice(NamedTuple):
         return basis_for_constraint(site["fn"].support)
 
     def family(self, site, basis: Basis) -> MatchedFamily:
+        """The user's family, else the one registered for the prior, else the basis default."""
         name = site["name"]
-        family = get_family(self.families.get(name, basis.family))
-        if family.basis is not None and family.basis != basis.name:
+        chosen = self.families.get(name)
+        if chosen is None:
+            prior = type(site["fn"]).__name__
+            chosen = family_for_prior(prior, basis.name) or basis.family
+        try:
+            return get_family(chosen, basis.name)
+        except ValueError as e:
             raise ValueError(
-                f"site {name!r}: family {family.name!r} is matched in the {family.basis!r} "
-                f"basis, but the site uses the {basis.name!r} basis. Pass "
-                f"bases={{{name!r}: {family.basis!r}}} or choose another family."
-            )
-        return family
+                f"site {name!r}: {e} The site uses the {basis.name!r} basis: pass "
+                f"bases={{{name!r}: ...}} with one of those, or choose another family."
+            ) from None
 
 
 def _transform(choice: SiteChoice, site):

@@ -113,11 +113,41 @@ def test_multivariate_normal_site_is_exact():
     np.testing.assert_allclose(d.covariance_matrix, post_cov, rtol=RTOL)
 
 
+@pytest.mark.parametrize("basis", ["log", "sqrt"])
+def test_inverse_gamma_prior_gives_exact_inverse_gamma(basis):
+    """Normal with known mean, variance ~ InverseGamma(a, b): IG(a + n/2, b + sum y^2 / 2)."""
+    y = jnp.array([0.5, -1.5, 2.0, 0.3, -0.7])
+
+    def model(y):
+        var = numpyro.sample("var", dist.InverseGamma(3.0, 2.0))
+        with numpyro.plate("obs", y.shape[0]):
+            numpyro.sample("y", dist.Normal(0.0, jnp.sqrt(var)), obs=y)
+
+    lm = fit(model, y, options={"bases": {"var": basis}})
+    assert lm.layout.site("var").family == "inverse_gamma"
+    assert isinstance(lm.posterior["var"], dist.InverseGamma)
+    assert_params(lm, "var", concentration=3.0 + y.size / 2, rate=2.0 + jnp.sum(y**2) / 2)
+    draws = lm.get_samples()["var"]
+    assert bool(jnp.all(draws > 0))
+
+
+def test_prior_registry_and_user_choice():
+    def model(y):
+        s = numpyro.sample("s", dist.HalfNormal(1.0))
+        numpyro.sample("y", dist.Normal(0.0, s), obs=y)
+
+    lm = fit(model, jnp.array([0.5, 1.0, -0.3]))
+    assert lm.layout.site("s").family == "gamma"  # HalfNormal prior -> Gamma posterior
+    lm = fit(model, jnp.array([0.5, 1.0, -0.3]), options={"families": {"s": "inverse_gamma"}})
+    assert isinstance(lm.posterior["s"], dist.InverseGamma)
+
+
 def test_sqrt_basis_is_exact_for_gamma():
     """In the sqrt basis the Gamma's Laplace map (thesis Table 3.2, corrected) is exact too."""
     y = jnp.array([[3.0, 4.0, 2.0, 5.0]])
     lm = fit(gamma_poisson, y, options={"bases": {"lam": "sqrt"}})
-    assert lm.layout.site("lam").family == "gamma_sqrt"
+    site = lm.layout.site("lam")
+    assert (site.family, site.basis) == ("gamma", "sqrt")
     assert_params(lm, "lam", concentration=2.0 + y.sum(), rate=3.0 + y.shape[1])
 
 
@@ -399,7 +429,7 @@ def test_unknown_site_basis_and_family_names():
 
 def test_family_basis_mismatch_and_inapplicable_basis():
     k, n = jnp.array([3.0]), jnp.array([10.0])
-    with pytest.raises(ValueError, match="site 'p': family 'gamma' is matched in the 'log' basis.*'logit'"):
+    with pytest.raises(ValueError, match="site 'p': family 'gamma' has no map in the 'logit' basis; it is matched in \\['log', 'sqrt'\\]"):
         fit(beta_binomial, k, n, options={"families": {"p": "gamma"}})
     with pytest.raises(ValueError, match="site 'p': no 'sqrt' basis for its support"):
         fit(beta_binomial, k, n, options={"bases": {"p": "sqrt"}})

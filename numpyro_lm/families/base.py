@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple, Optional
 
-__all__ = ["MatchedFamily", "register_family", "get_family", "family_names"]
+__all__ = [
+    "MatchedFamily",
+    "register_family",
+    "get_family",
+    "family_names",
+    "family_bases",
+    "register_prior_family",
+    "family_for_prior",
+]
 
 
 class MatchedFamily(NamedTuple):
@@ -45,23 +53,55 @@ class MatchedFamily(NamedTuple):
     in_basis: bool = False
 
 
-_FAMILIES: dict[str, MatchedFamily] = {}
+_FAMILIES: dict[tuple, MatchedFamily] = {}
+_PRIOR_FAMILIES: dict[str, str] = {}
 
 
 def register_family(family: MatchedFamily) -> MatchedFamily:
-    """Register ``family`` under ``family.name`` (replacing any earlier one)."""
-    _FAMILIES[family.name] = family
+    """Register ``family`` under ``(family.name, family.basis)`` (replacing any earlier one).
+
+    ``basis=None`` registers a family that lives on the basis coordinates of any basis
+    (the transformed Gaussian).
+    """
+    _FAMILIES[(family.name, family.basis)] = family
     return family
 
 
 def family_names() -> list[str]:
-    return sorted(_FAMILIES)
+    return sorted({name for name, _ in _FAMILIES})
 
 
-def get_family(name: str) -> MatchedFamily:
-    try:
-        return _FAMILIES[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown matched family {name!r}; registered families are {family_names()}."
-        ) from None
+def family_bases(name: str) -> list:
+    """The bases in which family ``name`` has a map (``[None]``: any basis)."""
+    return sorted((b for n, b in _FAMILIES if n == name), key=str)
+
+
+def get_family(name: str, basis: Optional[str] = None) -> MatchedFamily:
+    """The family ``name`` matched in ``basis`` (any basis if the name has only one)."""
+    if (name, basis) in _FAMILIES:
+        return _FAMILIES[(name, basis)]
+    if (name, None) in _FAMILIES:
+        return _FAMILIES[(name, None)]
+    bases = family_bases(name)
+    if not bases:
+        raise ValueError(f"unknown matched family {name!r}; registered families are {family_names()}.")
+    if basis is None and len(bases) == 1:
+        return _FAMILIES[(name, bases[0])]
+    raise ValueError(f"family {name!r} has no map in the {basis!r} basis; it is matched in {bases}.")
+
+
+def register_prior_family(prior: str, name: str) -> None:
+    """Match sites whose prior is the distribution class named ``prior`` with family ``name``.
+
+    Used where the family has a map in the site's basis; e.g. an ``InverseGamma`` prior
+    gives an ``inverse_gamma`` posterior in the log or sqrt basis.
+    """
+    _PRIOR_FAMILIES[prior] = name
+
+
+def family_for_prior(prior: str, basis: str) -> Optional[str]:
+    """The family registered for a prior class name, if it has a map in ``basis``."""
+    name = _PRIOR_FAMILIES.get(prior)
+    if name is not None and ((name, basis) in _FAMILIES or (name, None) in _FAMILIES):
+        return name
+    return None

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpyro.distributions as dist
 
 from ..quantiles import beta_logit_quantile
-from .base import MatchedFamily, register_family
+from .base import MatchedFamily, register_family, register_prior_family
 
 __all__ = ["beta_logit"]
 
@@ -52,3 +52,5 @@ beta_logit = register_family(
         basis_quantile=_quantile,
     )
 )
+
+register_prior_family("Beta", "beta")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpyro.distributions as dist
 
-from .base import MatchedFamily, register_family
+from .base import MatchedFamily, register_family, register_prior_family
 
 __all__ = ["normal", "gaussian"]
 
@@ -55,3 +55,6 @@ gaussian = register_family(
         in_basis=True,
     )
 )
+
+# A log-normal prior is a Gaussian in the log basis: the transformed Gaussian matches it.
+register_prior_family("LogNormal", "gaussian")
