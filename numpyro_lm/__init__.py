@@ -5,6 +5,13 @@ posterior is wanted: each latent site gets its matched exponential family (Gamma
 Dirichlet, Normal, ...) on its own domain.
 """
 
+from .bridge import (
+    condition_zero_sum,
+    dirichlet_beta_marginals,
+    laplace_bridge,
+    lb_norm,
+    uncertainty_aware_top_k,
+)
 from .bases import Basis, basis_names, get_basis, register_basis
 from .families import (
     MatchedFamily,
@@ -34,5 +41,10 @@ __all__ = [
     "family_bases",
     "register_prior_family",
     "get_family",
+    "laplace_bridge",
+    "condition_zero_sum",
+    "lb_norm",
+    "dirichlet_beta_marginals",
+    "uncertainty_aware_top_k",
     "__version__",
 ]

@@ -26,9 +26,10 @@ import jax.numpy as jnp
 import numpyro.distributions as dist
 from numpyro.distributions.transforms import ZeroSumTransform
 
+from ..bridge import dirichlet_from_zero_sum_gaussian, lb_norm
 from ..random import log_gamma
 
-from .base import MatchedFamily, register_family
+from .base import MatchedFamily, register_family, register_prior_family
 
 __all__ = [
     "dirichlet_softmax",
@@ -66,16 +67,6 @@ def dirichlet_to_zero_sum_gaussian(concentration):
     return mean, cov
 
 
-def dirichlet_from_zero_sum_gaussian(mean, var):
-    """The Laplace Bridge ``(mu, diag Sigma) -> alpha`` over zero-sum logits.
-
-    ``var`` is the diagonal of the covariance (the bridge ignores the rest).
-    """
-    k = mean.shape[-1]
-    sum_exp_neg = jnp.sum(jnp.exp(-mean), axis=-1, keepdims=True)
-    return (1.0 - 2.0 / k + jnp.exp(mean) * sum_exp_neg / k**2) / var
-
-
 def _from_gaussian(mean, cov):
     mean_z, cov_z = lift_zero_sum(mean, cov)
     var_z = jnp.diagonal(cov_z, axis1=-2, axis2=-1)
@@ -99,6 +90,11 @@ def _sample_basis(rng_key, params, sample_shape):
     return ZeroSumTransform().inv(z)
 
 
+def _lb_norm_from_gaussian(mean, cov):
+    mean_z, cov_z = lb_norm(*lift_zero_sum(mean, cov))
+    return {"concentration": dirichlet_from_zero_sum_gaussian(mean_z, jnp.diagonal(cov_z, axis1=-2, axis2=-1))}
+
+
 dirichlet_softmax = register_family(
     MatchedFamily(
         name="dirichlet",
@@ -111,3 +107,11 @@ dirichlet_softmax = register_family(
         sample_basis=_sample_basis,
     )
 )
+
+# The thesis' "LB-norm" variant (eq. 4.12): rescales the zero-sum Gaussian before the
+# bridge. Not a Laplace map (no round trip); offered for classifier-logit posteriors.
+dirichlet_lb_norm_softmax = register_family(
+    dirichlet_softmax._replace(name="dirichlet_lb_norm", from_gaussian=_lb_norm_from_gaussian)
+)
+
+register_prior_family("Dirichlet", "dirichlet")

@@ -1,0 +1,127 @@
+r"""The Laplace Bridge for Gaussians over logits, and what a Dirichlet offers downstream.
+
+Bayesian classifiers often end in a Gaussian ``N(mu, Sigma)`` over ``K`` logits whose
+softmax is the class probability. The Laplace Bridge (Hennig et al. 2012; Hobbhahn,
+Kristiadi and Hennig 2022; thesis chapter 4) maps it in closed form to a Dirichlet over
+the probabilities, so no softmax samples are needed:
+
+1. (``correction="zero_sum"``, default) condition the Gaussian on :math:`1^\top z = 0`,
+   the plane of the softmax basis (thesis eq. 4.11 / B.6):
+
+   .. math:: \bar\mu = \mu - \frac{\Sigma 1 1^\top \mu}{1^\top \Sigma 1}, \qquad
+             \bar\Sigma = \Sigma - \frac{\Sigma 1 1^\top \Sigma}{1^\top \Sigma 1};
+
+2. (``correction="lb_norm"``, after step 1) rescale by
+   :math:`c = \sum_i \bar\Sigma_{ii} / \sqrt{K/2}`: :math:`\mu' = \bar\mu/\sqrt c`,
+   :math:`\Sigma' = \bar\Sigma / c` (thesis eqs. 4.12-4.14; an empirical correction for
+   high-variance logits, "LB-norm". The thesis calls the sum of variances their "mean";
+   we follow its formula);
+
+3. the bridge :math:`\alpha_k = \frac{1}{\Sigma_{kk}}(1 - \frac2K + \frac{e^{\mu_k}}{K^2}\sum_l e^{-\mu_l})`.
+
+Downstream, each class probability's marginal is ``Beta(alpha_i, alpha_0 - alpha_i)``,
+which gives the uncertainty-aware top-k rule of the thesis (Algorithm 4).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpyro.distributions as dist
+
+from .quantiles import beta_logit_quantile
+
+__all__ = [
+    "dirichlet_from_zero_sum_gaussian",
+    "condition_zero_sum",
+    "lb_norm",
+    "laplace_bridge",
+    "dirichlet_beta_marginals",
+    "uncertainty_aware_top_k",
+]
+
+CORRECTIONS = (None, "zero_sum", "lb_norm")
+
+
+def dirichlet_from_zero_sum_gaussian(mean, var):
+    """The bridge ``(mu, diag Sigma) -> alpha`` for a Gaussian over zero-sum logits.
+
+    ``var`` is the diagonal of the covariance (the bridge ignores the rest). Exact inverse
+    of the Dirichlet's Laplace approximation in the softmax basis.
+    """
+    k = mean.shape[-1]
+    sum_exp_neg = jnp.sum(jnp.exp(-mean), axis=-1, keepdims=True)
+    return (1.0 - 2.0 / k + jnp.exp(mean) * sum_exp_neg / k**2) / var
+
+
+def _as_cov(mean, cov):
+    """Accept a full covariance ``(..., K, K)`` or a diagonal of variances ``(..., K)``."""
+    return cov[..., :, None] * jnp.eye(mean.shape[-1]) if jnp.ndim(cov) == jnp.ndim(mean) else cov
+
+
+def condition_zero_sum(mean, cov):
+    """Condition ``N(mean, cov)`` over logits on ``sum(z) = 0`` (unchanged if it already holds)."""
+    cov = _as_cov(mean, cov)
+    s1 = jnp.sum(cov, axis=-1)  # Sigma 1
+    denom = jnp.sum(s1, axis=-1, keepdims=True)  # 1' Sigma 1
+    scale = jnp.max(jnp.abs(cov), axis=(-2, -1))[..., None]
+    degenerate = denom <= jnp.finfo(cov.dtype).eps * mean.shape[-1] * scale
+    safe = jnp.where(degenerate, 1.0, denom)
+    new_mean = mean - s1 * jnp.sum(mean, axis=-1, keepdims=True) / safe
+    new_cov = cov - s1[..., :, None] * s1[..., None, :] / safe[..., None]
+    # a zero-sum Gaussian has 1' Sigma 1 = 0: only its mean can still be shifted
+    centred = mean - jnp.mean(mean, axis=-1, keepdims=True)
+    return jnp.where(degenerate, centred, new_mean), jnp.where(degenerate[..., None], cov, new_cov)
+
+
+def lb_norm(mean, cov):
+    """The LB-norm rescaling ``c = sum_i Sigma_ii / sqrt(K/2)``; ``mu/sqrt(c)``, ``Sigma/c``."""
+    cov = _as_cov(mean, cov)
+    k = mean.shape[-1]
+    c = jnp.trace(cov, axis1=-2, axis2=-1)[..., None] / jnp.sqrt(k / 2.0)
+    return mean / jnp.sqrt(c), cov / c[..., None]
+
+
+def laplace_bridge(mean, cov, correction: str | None = "zero_sum"):
+    """Dirichlet concentrations ``alpha (..., K)`` for a Gaussian over ``K`` logits.
+
+    :param mean: ``(..., K)`` logit means.
+    :param cov: ``(..., K, K)`` covariance, or ``(..., K)`` variances.
+    :param correction: ``"zero_sum"`` (condition on the softmax plane first; default),
+        ``"lb_norm"`` (then rescale, thesis eq. 4.12) or ``None`` (the Gaussian is already
+        zero-sum).
+    """
+    if correction not in CORRECTIONS:
+        raise ValueError(f"correction must be one of {CORRECTIONS}, not {correction!r}")
+    cov = _as_cov(mean, cov)
+    if correction is not None:
+        mean, cov = condition_zero_sum(mean, cov)
+    if correction == "lb_norm":
+        mean, cov = lb_norm(mean, cov)
+    return dirichlet_from_zero_sum_gaussian(mean, jnp.diagonal(cov, axis1=-2, axis2=-1))
+
+
+def dirichlet_beta_marginals(concentration) -> dist.Beta:
+    """``Beta(alpha_i, alpha_0 - alpha_i)``: the marginal of each component of a Dirichlet."""
+    total = jnp.sum(concentration, axis=-1, keepdims=True)
+    return dist.Beta(concentration, total - concentration)
+
+
+def uncertainty_aware_top_k(concentration, threshold: float = 0.05):
+    """Classes whose Beta marginal overlaps the most probable one's (thesis Algorithm 4).
+
+    Sort classes by ``alpha``; keep the top class; keep the next ones while the upper
+    ``threshold/2`` quantile of their marginal exceeds the lower ``threshold/2`` quantile
+    of the top class's marginal, and stop at the first that does not.
+
+    :return: a boolean mask ``(..., K)`` in the original class order (``mask.sum(-1)`` is
+        the adaptive ``k``, at least 1).
+    """
+    order = jnp.argsort(-concentration, axis=-1)
+    alpha = jnp.take_along_axis(concentration, order, axis=-1)
+    rest = jnp.sum(alpha, axis=-1, keepdims=True) - alpha
+    lower_top = beta_logit_quantile(alpha[..., :1], rest[..., :1], threshold / 2)
+    upper = beta_logit_quantile(alpha, rest, 1.0 - threshold / 2)
+    keep_sorted = jnp.cumprod(upper > lower_top, axis=-1).astype(bool)
+    keep_sorted = keep_sorted.at[..., 0].set(True)
+    inverse = jnp.argsort(order, axis=-1)
+    return jnp.take_along_axis(keep_sorted, inverse, axis=-1)
