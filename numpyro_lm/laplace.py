@@ -12,6 +12,9 @@ takes over for large dimensions, followed by Newton polishing steps.
 Convergence is judged by the *Newton decrement* ``sqrt(g' H^-1 g)``: the length of the
 Newton step measured in posterior standard deviations, i.e. the gradient norm in the
 metric of the posterior covariance. It does not depend on the units of the parameters.
+It counts as converged below ``tol``, or once the decrease it predicts, ``decrement^2/2``,
+is below the rounding error of the log density (``10 eps |f|``): beyond that point no
+step can be told apart from noise.
 """
 
 from __future__ import annotations
@@ -132,7 +135,10 @@ def newton_minimize(fn: Callable, state: OptimState, tol: float, max_iter) -> Op
     def body(s):
         s = evaluate(fn, s)
         step, _ = _saddle_free_step(s.grad, s.eigenvalues, s.eigenvectors)
-        converged = s.decrement <= tol
+        # Converged when the step is below ``tol`` posterior SDs, or when the decrease a
+        # Newton step predicts (decrement^2 / 2) is below the rounding error of fn.
+        rounding = 10.0 * jnp.finfo(s.value.dtype).eps * jnp.maximum(1.0, jnp.abs(s.value))
+        converged = (s.decrement <= tol) | (0.5 * s.decrement**2 <= rounding)
         t, new_value = _backtrack(fn, s.x, s.value, s.grad, step)
         t = jnp.where(converged, 0.0, t)
         return s._replace(

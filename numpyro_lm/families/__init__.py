@@ -22,6 +22,7 @@ from .dirichlet import (
 from .gamma import chi2_log, chi2_sqrt, exponential_log, exponential_sqrt, gamma_log, gamma_sqrt
 from .inverse_gamma import inverse_gamma_log, inverse_gamma_sqrt
 from .normal import gaussian, normal
+from .wishart import inverse_wishart_logm, inverse_wishart_sqrtm, wishart_logm, wishart_sqrtm
 
 __all__ = [
     "MatchedFamily",
@@ -43,6 +44,10 @@ __all__ = [
     "inverse_gamma_sqrt",
     "beta_logit",
     "dirichlet_softmax",
+    "wishart_logm",
+    "wishart_sqrtm",
+    "inverse_wishart_logm",
+    "inverse_wishart_sqrtm",
     "dirichlet_to_zero_sum_gaussian",
     "dirichlet_from_zero_sum_gaussian",
 ]
