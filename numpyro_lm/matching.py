@@ -45,6 +45,7 @@ from .bases import get_basis
 from .copula import copula_draws
 from .families import family_names, get_family
 from .laplace import (
+    FAST_COMPILE,
     Gaussian,
     OptimState,
     default_tol,
@@ -69,9 +70,6 @@ from .trace import (
 )
 
 __all__ = ["LaplaceMatching", "NotPositiveDefiniteError", "FAST_COMPILE"]
-
-
-FAST_COMPILE = {"xla_backend_optimization_level": 0}
 
 
 class NotPositiveDefiniteError(ValueError):

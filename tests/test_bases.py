@@ -30,6 +30,7 @@ CASES = [
     ("sqrt", constraints.positive, (3,), None),
     ("softmax", constraints.simplex, (4,), "simplex"),
     ("logm", constraints.positive_definite, (6,), "tril"),
+    ("sqrtm", constraints.positive_definite, (6,), "tril"),
     ("biject_to", constraints.corr_cholesky, (3,), "corr"),
     ("biject_to", constraints.ordered_vector, (4,), None),
 ]
@@ -56,6 +57,8 @@ def test_round_trip_and_codomain(name, constraint, shape, kind):
     y = jax.random.normal(jax.random.PRNGKey(0), shape)
     if name == "sqrt":
         y = jnp.abs(y) + 0.5  # the sqrt basis inverts to the positive root
+    if name == "sqrtm":
+        y = jnp.array([1.5, 0.2, 1.2, -0.1, 0.3, 2.0])  # a positive definite root
     x = t(y)
     assert bool(jnp.all(constraint.check(x)))
     np.testing.assert_allclose(t.inv(x), y, rtol=1e-9, atol=1e-9)
@@ -96,6 +99,19 @@ def test_matrix_exp_log_det_matches_daleckii_krein():
     closed = jnp.sum(lam) + jnp.sum(jnp.log((jnp.exp(lam[i]) - jnp.exp(lam[j])) / (lam[i] - lam[j])))
     np.testing.assert_allclose(t.log_abs_det_jacobian(y, t(y)), closed, rtol=1e-10)
     np.testing.assert_allclose(t(y), jax.scipy.linalg.expm(s), rtol=1e-10)
+
+
+def test_matrix_square_log_det_matches_closed_form():
+    """sum_{i<=j} log|r_i + r_j| over the eigenvalues of R."""
+    from numpyro_lm.bases import SymmetricMatrixSquareTransform
+
+    y = jnp.array([1.5, 0.2, 1.2, -0.1, 0.3, 2.0])
+    t = SymmetricMatrixSquareTransform()
+    r = jnp.zeros((3, 3)).at[jnp.tril_indices(3)].set(y)
+    r = r + r.T - jnp.diag(jnp.diag(r))
+    lam = jnp.linalg.eigvalsh(r)
+    i, j = jnp.triu_indices(3)
+    np.testing.assert_allclose(t.log_abs_det_jacobian(y, t(y)), jnp.sum(jnp.log(jnp.abs(lam[i] + lam[j]))), rtol=1e-10)
 
 
 def test_matrix_exp_log_det_has_finite_hessian_at_identity():

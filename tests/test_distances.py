@@ -1,7 +1,7 @@
 """The seeds' distance claim (thesis 3.5.6): Laplace is closer to the truth in the LM basis.
 
 Runs the experiment of ``benchmarks/distances.py`` (which writes ``docs/distances.md``) on
-the first, middle and last parameter sets of Table A.1 with fewer draws.
+the first and last parameter sets of Table A.1 with fewer draws.
 """
 
 import os
@@ -14,7 +14,7 @@ import distances  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("x64")
 
-CASES = [(family, i, params[i], bases) for family, params, bases in distances.experiments() for i in (0, 4, 9)]
+CASES = [(family, i, params[i], bases) for family, params, bases in distances.experiments() for i in (0, 9)]
 
 
 @pytest.mark.parametrize("family,i,d,bases", CASES, ids=[f"{c[0]}-{c[1] + 1}" for c in CASES])

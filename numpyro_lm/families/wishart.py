@@ -286,8 +286,10 @@ def _family(name, basis, transform, exact, from_gaussian, distribution, kind):
             name=name,
             basis=basis,
             event_dim=1,
-            from_gaussian=from_gaussian,
-            to_gaussian=_batched(exact),
+            # jitted: the Newton loop and the autodiff Hessians compile once per shape
+            # (no compiler_options: JAX allows them on top-level jits only)
+            from_gaussian=jax.jit(from_gaussian),
+            to_gaussian=jax.jit(_batched(exact)),
             distribution=distribution,
             copula="independent",
             sample_basis=sample_basis,
