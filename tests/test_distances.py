@@ -1,7 +1,7 @@
 """The seeds' distance claim (thesis 3.5.6): Laplace is closer to the truth in the LM basis.
 
 Runs the experiment of ``benchmarks/distances.py`` (which writes ``docs/distances.md``) on
-the first and last parameter sets of Table A.1 with fewer draws.
+the first parameter set of each family (and the last of two) of Table A.1 with fewer draws.
 """
 
 import os
@@ -14,7 +14,13 @@ import distances  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("x64")
 
-CASES = [(family, i, params[i], bases) for family, params, bases in distances.experiments() for i in (0, 9)]
+# every family at the first set (small parameters, where the seeds' point is sharpest);
+# the last set for two families (near-Gaussian: the gap is smallest there)
+CASES = [
+    (family, i, params[i], bases)
+    for family, params, bases in distances.experiments()
+    for i in ((0, 9) if family in ("Gamma", "Beta") else (0,))
+]
 
 
 @pytest.mark.parametrize("family,i,d,bases", CASES, ids=[f"{c[0]}-{c[1] + 1}" for c in CASES])
