@@ -22,7 +22,8 @@ def _density(name, params):
     return cls(params["concentration"], scale_matrix=params["scale_matrix"])
 
 
-ROUND_TRIPS = [(key, (5.0, 40.0), V2) for key in FAMILIES] + [(("wishart", "logm"), (9.0,), V3)]
+# p = 3 with a non-diagonal scale for one family; p = 2 (thesis Table A.1's V0) for all
+ROUND_TRIPS = [(key, (5.0, 40.0), V2) for key in FAMILIES[1:]] + [(FAMILIES[0], (5.0, 9.0), V3)]
 
 
 @pytest.mark.parametrize("key,counts,v", ROUND_TRIPS, ids=[f"{'-'.join(k)}-p{v.shape[0]}" for k, _, v in ROUND_TRIPS])
@@ -39,7 +40,8 @@ def test_round_trip_is_exact_and_batches(key, counts, v):
     np.testing.assert_allclose(back["scale_matrix"], params["scale_matrix"], rtol=1e-6, atol=1e-9)
 
 
-@pytest.mark.parametrize("key", FAMILIES, ids=["-".join(k) for k in FAMILIES])
+# one family per basis: each check compiles third derivatives through the matrix function
+@pytest.mark.parametrize("key", [FAMILIES[0], FAMILIES[3]], ids=["wishart-logm", "inverse_wishart-sqrtm"])
 def test_to_gaussian_is_the_laplace_approximation_in_the_basis(key):
     name, basis = key
     family = get_family(*key)
@@ -60,8 +62,7 @@ def test_to_gaussian_is_the_laplace_approximation_in_the_basis(key):
 
 @pytest.mark.parametrize(
     "key,scalar",
-    [(("wishart", "logm"), ("gamma", "log")), (("wishart", "sqrtm"), ("gamma", "sqrt")),
-     (("inverse_wishart", "logm"), ("inverse_gamma", "log")), (("inverse_wishart", "sqrtm"), ("inverse_gamma", "sqrt"))],
+    [(("wishart", "sqrtm"), ("gamma", "sqrt")), (("inverse_wishart", "logm"), ("inverse_gamma", "log"))],
 )
 def test_one_by_one_matrices_reduce_to_gamma_maps(key, scalar):
     """Wishart(n, v) with p = 1 is Gamma(n/2, 1/(2v)); InverseWishart(nu, psi) is InverseGamma(nu/2, psi/2)."""
