@@ -201,7 +201,17 @@ def _refuse(site, why: str, fix: str):
     raise ValueError(f"site {site['name']!r}: {why}. {fix}")
 
 
-def _check_site(site, subsampled_plates):
+def _check_full_data(site, subsampled_plates):
+    frames = {f.name for f in site["cond_indep_stack"]}
+    if frames & subsampled_plates:
+        _refuse(
+            site,
+            f"it lies in the subsampled plate(s) {sorted(frames & subsampled_plates)}",
+            "Laplace Matching needs the full data; drop subsample_size from the plate.",
+        )
+
+
+def _check_latent_site(site, subsampled_plates):
     fn = site["fn"]
     if fn.support.is_discrete or fn.is_discrete:
         _refuse(
@@ -212,13 +222,7 @@ def _check_site(site, subsampled_plates):
         )
     if site["infer"].get("enumerate"):
         _refuse(site, "enumerated sites are not supported", "Marginalise it out in the model.")
-    frames = {f.name for f in site["cond_indep_stack"]}
-    if frames & subsampled_plates:
-        _refuse(
-            site,
-            f"it lies in the subsampled plate(s) {sorted(frames & subsampled_plates)}",
-            "Laplace Matching needs the full data; drop subsample_size from the plate.",
-        )
+    _check_full_data(site, subsampled_plates)
 
 
 def trace_sites(model, args, kwargs, choice: SiteChoice, init_strategy, rng_key) -> Layout:
@@ -236,13 +240,10 @@ def trace_sites(model, args, kwargs, choice: SiteChoice, init_strategy, rng_key)
         out = {}
         for name, site in tr.items():
             if site["type"] == "sample" and site["is_observed"]:
-                frames = {f.name for f in site["cond_indep_stack"]}
-                if frames & subsampled:
-                    _refuse(site, f"it lies in the subsampled plate(s) {sorted(frames & subsampled)}",
-                            "Laplace Matching needs the full data; drop subsample_size from the plate.")
+                _check_full_data(site, subsampled)
             if not _is_latent(site):
                 continue
-            _check_site(site, subsampled)
+            _check_latent_site(site, subsampled)
             basis = choice.basis(site)
             family = choice.family(site, basis)
             t = _transform(choice, site)
