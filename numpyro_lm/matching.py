@@ -287,7 +287,7 @@ class LaplaceMatching:
                 get_family(name)  # raises with the list of families
         self._compiled = {}
         self._fit: Optional[_Fit] = None
-        self._posterior, self._dependent_sites = None, None
+        self._posterior, self._dependent_sites, self._mode_sites = None, None, None
         self._args, self._kwargs = (), {}
 
     # ------------------------------------------------------------------ compilation
@@ -403,7 +403,7 @@ class LaplaceMatching:
         compiled, dynamic = self._prepare(rng_key, args, kwargs, init_params)
         self._args, self._kwargs = args, kwargs
         self._layout, self._draw_fn, self._dynamic = compiled.layout, compiled.draw, dynamic
-        self._posterior, self._dependent_sites = None, None
+        self._posterior, self._dependent_sites, self._mode_sites = None, None, None
 
         # Iterations per compiled call: the progress bar can only move between calls.
         chunk = min(self.max_iter, 25 if compiled.layout.size <= 500 else 5)
@@ -540,9 +540,12 @@ class LaplaceMatching:
         return self._posterior
 
     def _mode_trace(self):
-        flat = self._fit.gaussian.mean
-        model = _substituted(self.model, self._layout, self._choice, flat)
-        return handlers.trace(model).get_trace(*self._args, **self._kwargs)
+        """The model's trace at the mode (once per fit: every site's posterior reads it)."""
+        if self._mode_sites is None:
+            flat = self._fit.gaussian.mean
+            model = _substituted(self.model, self._layout, self._choice, flat)
+            self._mode_sites = handlers.trace(model).get_trace(*self._args, **self._kwargs)
+        return self._mode_sites
 
     def _is_dependent(self, name: str) -> bool:
         if self._dependent_sites is None:
