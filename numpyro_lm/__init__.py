@@ -21,8 +21,11 @@ from .families import (
     register_family,
     register_prior_family,
 )
+from .diagnostics import PSIS, khat_verdict, psis
+from .inference_data import to_inference_data
 from .laplace import Gaussian
 from .matching import LaplaceMatching, MatchedPosterior, NotPositiveDefiniteError
+from .plotting import plot_marginals
 
 __version__ = "0.1.0"
 
@@ -46,5 +49,10 @@ __all__ = [
     "lb_norm",
     "dirichlet_beta_marginals",
     "uncertainty_aware_top_k",
+    "to_inference_data",
+    "plot_marginals",
+    "psis",
+    "PSIS",
+    "khat_verdict",
     "__version__",
 ]

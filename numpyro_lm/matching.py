@@ -42,7 +42,8 @@ from numpyro.infer.initialization import init_to_uniform, init_to_value
 from tqdm.auto import tqdm
 
 from .bases import get_basis
-from .copula import copula_draws
+from .copula import copula_draws, copula_log_density
+from .diagnostics import KHAT_OK, PSIS, importance_resample, khat_verdict, psis
 from .families import family_names, get_family
 from .laplace import (
     FAST_COMPILE,
@@ -55,7 +56,9 @@ from .laplace import (
     lbfgs_minimize,
     newton_minimize,
 )
+from .inference_data import to_inference_data
 from .marginals import is_elementwise, matched_params
+from .random import host_generator
 from .trace import (
     Layout,
     SiteChoice,
@@ -123,6 +126,7 @@ class _Compiled(NamedTuple):
     refresh: Callable
     finish: Callable
     draw: Callable
+    weigh: Callable
 
 
 class _Fit(NamedTuple):
@@ -133,6 +137,7 @@ class _Fit(NamedTuple):
     gaussian: Gaussian
     params: dict
     samples: dict
+    flat: jnp.ndarray  # the draws in basis coordinates, (num_samples, D)
     finite: "_Finite"
 
 
@@ -288,6 +293,7 @@ class LaplaceMatching:
         self._compiled = {}
         self._fit: Optional[_Fit] = None
         self._posterior, self._dependent_sites, self._mode_sites = None, None, None
+        self._draws, self._psis = {}, {}
         self._args, self._kwargs = (), {}
 
     # ------------------------------------------------------------------ compilation
@@ -345,19 +351,31 @@ class LaplaceMatching:
         def draw(rng_key, gaussian, params, dynamic, num_samples):
             args, kwargs, _ = inputs(dynamic)
             flat = copula_draws(rng_key, gaussian, layout, params, num_samples)
-            return jax.vmap(lambda y: constrain(model, layout, choice, y, args, kwargs))(flat)
+            return jax.vmap(lambda y: constrain(model, layout, choice, y, args, kwargs))(flat), flat
+
+        def weigh(rng_key, gaussian, params, flat, dynamic):
+            # log p and log q of the draws, both over the basis coordinates; the copula's
+            # Gaussian draw is regenerated from the same key and stream (not stored)
+            args, kwargs, _ = inputs(dynamic)
+            num_samples = flat.shape[0]
+            z = gaussian.sample(rng_key, num_samples, stream=num_samples)
+            log_q = copula_log_density(flat, z, gaussian, layout, params)
+            log_p = jax.vmap(lambda y: potential(model, layout, choice, y, args, kwargs))(flat)
+            return log_p, log_q
 
         def finish(state, rng_key, dynamic, num_samples):
             ridge = 0.0 if regularize is None else regularize
             precision = state.hess + ridge * jnp.eye(layout.size, dtype=state.hess.dtype)
             gaussian = gaussian_from_eigh(state.x, precision, state.eigenvalues + ridge, state.eigenvectors)
             params = matched_params(layout, gaussian.mean, gaussian.cov)
+            samples, flat = draw(rng_key, gaussian, params, dynamic, num_samples)
             return _Fit(
                 state=state,
                 sample_key=rng_key,
                 gaussian=gaussian,
                 params=params,
-                samples=draw(rng_key, gaussian, params, dynamic, num_samples),
+                samples=samples,
+                flat=flat,
                 finite=_Finite(
                     value=jnp.isfinite(state.value),
                     cov=jnp.all(jnp.isfinite(gaussian.cov)),
@@ -380,6 +398,7 @@ class LaplaceMatching:
             refresh=jit(refresh),
             finish=jit(finish, static_argnums=(3,)),
             draw=jit(draw, static_argnums=(4,)),
+            weigh=jit(weigh),
         )
 
     def _prepare(self, rng_key, args, kwargs, init_params):
@@ -402,8 +421,9 @@ class LaplaceMatching:
         """
         compiled, dynamic = self._prepare(rng_key, args, kwargs, init_params)
         self._args, self._kwargs = args, kwargs
-        self._layout, self._draw_fn, self._dynamic = compiled.layout, compiled.draw, dynamic
+        self._layout, self._compiled_fit, self._dynamic = compiled.layout, compiled, dynamic
         self._posterior, self._dependent_sites, self._mode_sites = None, None, None
+        self._draws, self._psis = {}, {}
 
         # Iterations per compiled call: the progress bar can only move between calls.
         chunk = min(self.max_iter, 25 if compiled.layout.size <= 500 else 5)
@@ -492,8 +512,42 @@ class LaplaceMatching:
             raise RuntimeError("call run() first")
         return self._fit
 
-    def get_samples(self, num_samples: Optional[int] = None, group_by_chain: bool = False):
-        """Constrained joint draws ``{site: array}``, as :meth:`numpyro.infer.MCMC.get_samples`.
+    def _draws_of(self, num_samples: Optional[int]):
+        """``(samples, flat)``: the ``run`` draws, or ``num_samples`` new ones (kept)."""
+        fit = self._require_fit()
+        if num_samples is None or num_samples == self.num_samples:
+            return fit.samples, fit.flat
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be positive, not {num_samples}")
+        if num_samples not in self._draws:
+            # the copula's host streams are keyed by num_samples: new, independent draws
+            self._draws[num_samples] = self._compiled_fit.draw(
+                fit.sample_key, fit.gaussian, fit.params, self._dynamic, num_samples
+            )
+        return self._draws[num_samples]
+
+    def _weights(self, num_samples: Optional[int] = None):
+        """``(log_p, log_q, PSIS)`` of the draws (computed once per set of draws)."""
+        n = self.num_samples if num_samples is None else num_samples
+        if n not in self._psis:
+            fit = self._require_fit()
+            _, flat = self._draws_of(n)
+            log_p, log_q = jax.device_get(
+                self._compiled_fit.weigh(fit.sample_key, fit.gaussian, fit.params, flat, self._dynamic)
+            )
+            # spread of log p - log q that rounding alone produces (exact approximations)
+            noise = 1e3 * np.finfo(log_p.dtype).eps * (1.0 + np.max(np.abs(log_p)))
+            self._psis[n] = (log_p, log_q, psis(log_p, log_q, noise=noise))
+        return self._psis[n]
+
+    def get_samples(
+        self,
+        num_samples: Optional[int] = None,
+        group_by_chain: bool = False,
+        resample: Optional[str] = None,
+        rng_key=None,
+    ):
+        r"""Constrained joint draws ``{site: array}``, as :meth:`numpyro.infer.MCMC.get_samples`.
 
         Latent and deterministic sites; each latent coordinate follows its matched family
         and coordinates keep the Laplace correlations (Gaussian copula, see
@@ -501,15 +555,77 @@ class LaplaceMatching:
 
         :param int num_samples: draw this many new samples instead of the ``run`` draws.
         :param bool group_by_chain: add a leading chain axis of size 1.
+        :param str resample: ``"psis"`` for Pareto smoothed importance resampling
+            (:mod:`numpyro_lm.diagnostics`): the draws are resampled with weights
+            :math:`p/q` so that they follow the model's posterior more closely than the
+            approximation does. Refused when the Pareto :math:`\hat k` exceeds 0.7 (the
+            weights cannot be trusted). Resampled draws repeat; their effective number is
+            ``diagnostics()["psis_ess"]``.
+        :param rng_key: PRNG key of the resampling (default: derived from ``run``'s key).
         """
-        fit = self._require_fit()
-        samples = fit.samples
-        if num_samples is not None and num_samples != self.num_samples:
-            # the copula's host streams are keyed by num_samples: new, independent draws
-            samples = self._draw_fn(fit.sample_key, fit.gaussian, fit.params, self._dynamic, num_samples)
+        samples, _ = self._draws_of(num_samples)
+        if resample is not None:
+            samples = self._resample(samples, num_samples, resample, rng_key)
         if group_by_chain:
             samples = jax.tree.map(lambda x: x[None], samples)
         return samples
+
+    def _resample(self, samples, num_samples, method, rng_key):
+        if method != "psis":
+            raise ValueError(f'resample must be None or "psis", not {method!r}')
+        weights = self._weights(num_samples)[2]
+        if not weights.khat <= KHAT_OK:
+            raise ValueError(
+                "PSIS resampling refused: " + khat_verdict(weights.khat) + " Importance "
+                "weights this heavy-tailed give estimates dominated by a few draws."
+            )
+        key = self._fit.sample_key if rng_key is None else rng_key
+        index = importance_resample(host_generator(key, stream=1), weights.log_weights, len(weights.log_weights))
+        return jax.tree.map(lambda x: x[index], samples)
+
+    def get_extra_fields(self, group_by_chain: bool = False) -> dict:
+        """Per-draw statistics, as :meth:`numpyro.infer.MCMC.get_extra_fields`.
+
+        ``lp``: the model's unnormalised log density of the draw in LM-basis coordinates
+        (log joint plus the basis log-Jacobian); ``log_q``: the approximation's log density
+        in the same coordinates; ``log_weight``: ``lp - log_q``, the raw importance
+        log-weight (constant when the approximation is exact).
+        """
+        log_p, log_q, _ = self._weights()
+        fields = {"lp": log_p, "log_q": log_q, "log_weight": log_p - log_q}
+        if group_by_chain:
+            fields = {k: v[None] for k, v in fields.items()}
+        return fields
+
+    def to_inference_data(
+        self,
+        *,
+        rng_key=None,
+        posterior_predictive=False,
+        prior=False,
+        num_prior_samples: Optional[int] = None,
+        log_likelihood: bool = True,
+        constant_data: Optional[dict] = None,
+        coords: Optional[dict] = None,
+        dims: Optional[dict] = None,
+    ):
+        """ArviZ ``InferenceData`` of the fit: posterior, sample_stats, log_likelihood,
+        observed and constant data, and on request posterior predictive and prior draws.
+
+        Arguments as :func:`numpyro_lm.inference_data.to_inference_data`;
+        ``az.from_numpyro(lm)`` gives the same posterior, sample_stats and log_likelihood.
+        """
+        self._require_fit()
+        return to_inference_data(
+            self, rng_key=rng_key, posterior_predictive=posterior_predictive, prior=prior,
+            num_prior_samples=num_prior_samples, log_likelihood=log_likelihood,
+            constant_data=constant_data, coords=coords, dims=dims,
+        )
+
+    @property
+    def sampler(self):
+        """``self``: what ArviZ reads as ``mcmc.sampler`` (it needs ``.model``)."""
+        return self
 
     @property
     def layout(self) -> Layout:
@@ -572,9 +688,19 @@ class LaplaceMatching:
         return dist.TransformedDistribution(d, outer)
 
     def diagnostics(self) -> dict:
-        """How the fit went: optimiser iterations and convergence, gradient, curvature."""
+        """How far the fit can be trusted.
+
+        The mode search (iterations, convergence, final Newton step in posterior SDs and
+        gradient), the curvature (smallest and largest eigenvalue of the negative Hessian
+        and their ratio), and the importance-sampling check of the ``run`` draws
+        (:mod:`numpyro_lm.diagnostics`): ``pareto_k`` (below 0.5 good, up to 0.7 usable
+        with ``resample="psis"``, above 0.7 the approximation misses the posterior),
+        ``psis_ess``, ``elbo`` and ``log_evidence`` (up to the model's normaliser),
+        and ``verdict``, the same in words.
+        """
         fit = self._require_fit()
         eig = np.asarray(fit.gaussian.eigenvalues)
+        weights = self._weights()[2]
         return {
             "num_iter": int(fit.state.num_iter),
             "converged": bool(fit.state.converged),
@@ -585,6 +711,12 @@ class LaplaceMatching:
             "hessian_min_eigenvalue": float(eig[0]),
             "hessian_max_eigenvalue": float(eig[-1]),
             "hessian_condition_number": float(eig[-1] / eig[0]) if eig[0] > 0 else float("inf"),
+            "pareto_k": weights.khat,
+            "psis_ess": weights.ess,
+            "elbo": weights.elbo,
+            "log_evidence": weights.log_evidence,
+            "num_samples": int(self.num_samples),
+            "verdict": khat_verdict(weights.khat),
         }
 
     def print_summary(self, prob: float = 0.9, exclude_deterministic: bool = True):
@@ -592,7 +724,8 @@ class LaplaceMatching:
 
         The draws are independent, so n_eff should be close to ``num_samples`` and r_hat
         close to 1: they check the sampler, not the approximation. The diagnostics below
-        the table describe the mode search and the curvature.
+        the table describe the mode search, the curvature, and whether the approximation
+        can be trusted (:meth:`diagnostics`).
         """
         samples = self.get_samples()
         if exclude_deterministic:
@@ -607,4 +740,6 @@ class LaplaceMatching:
             f"{d['hessian_max_eigenvalue']:.3g}], condition number {d['hessian_condition_number']:.3g}.\n"
             "Matched families: "
             + ", ".join(f"{s.name} ~ {s.family} ({s.basis} basis)" for s in self._layout.sites)
+            + f"\nDid it work? Pareto smoothed importance sampling of log p - log q over "
+            f"{d['num_samples']} draws: {d['verdict']} (importance ESS {d['psis_ess']:.0f}.)"
         )

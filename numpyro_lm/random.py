@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["standard_normal", "log_gamma", "key_bits"]
+__all__ = ["standard_normal", "log_gamma", "key_bits", "host_generator"]
 
 
 def key_bits(rng_key):
@@ -25,6 +25,11 @@ def key_bits(rng_key):
 
 def _generator(bits, stream: int):
     return np.random.default_rng([int(b) for b in np.asarray(bits, np.uint32).ravel()] + [stream])
+
+
+def host_generator(rng_key, stream: int = 0) -> np.random.Generator:
+    """A NumPy generator seeded by a concrete JAX key and a stream number (host-side work)."""
+    return _generator(np.asarray(key_bits(rng_key)), stream)
 
 
 def standard_normal(rng_key, shape: tuple, dtype=None, stream: int = 0):

@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import numpyro
 from numpyro import handlers
 from numpyro.distributions.util import sum_rightmost
@@ -228,8 +229,13 @@ def _check_latent_site(site, subsampled_plates):
 def trace_sites(model, args, kwargs, choice: SiteChoice, init_strategy, rng_key) -> Layout:
     """Run the model abstractly and describe its latent sites (see :class:`SiteSpec`)."""
     found = []
+    # only array arguments are traced: Python numbers stay concrete (plate sizes)
+    leaves, treedef = jax.tree.flatten((args, kwargs))
+    is_array = [isinstance(leaf, (jax.Array, np.ndarray, np.generic)) for leaf in leaves]
 
-    def run(rng_key, args, kwargs):
+    def run(rng_key, arrays):
+        arrays = iter(arrays)
+        args, kwargs = jax.tree.unflatten(treedef, [next(arrays) if a else x for x, a in zip(leaves, is_array)])
         seeded = handlers.substitute(handlers.seed(model, rng_key), substitute_fn=init_strategy)
         tr = handlers.trace(seeded).get_trace(*args, **kwargs)
         subsampled = {
@@ -253,7 +259,7 @@ def trace_sites(model, args, kwargs, choice: SiteChoice, init_strategy, rng_key)
             out[name] = y
         return out
 
-    shapes = jax.eval_shape(run, rng_key, args, kwargs)
+    shapes = jax.eval_shape(run, rng_key, [x for x, a in zip(leaves, is_array) if a])
     unknown = (set(choice.bases) | set(choice.families)) - set(shapes)
     if unknown:
         raise ValueError(

@@ -12,7 +12,9 @@ Exact in both directions. Reference: Hobbhahn and Hennig (2021), Appendix B.3.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
+from jax.scipy.special import betaln
 import numpyro.distributions as dist
 
 from ..quantiles import beta_logit_quantile
@@ -41,6 +43,12 @@ def _quantile(params, u):
     return beta_logit_quantile(params["concentration1"], params["concentration0"], u)
 
 
+def _log_prob(params, y):
+    # log sigmoid terms instead of log(x), log(1 - x): finite for any y in float32
+    a, b = params["concentration1"], params["concentration0"]
+    return a * jax.nn.log_sigmoid(y) + b * jax.nn.log_sigmoid(-y) - betaln(a, b)
+
+
 beta_logit = register_family(
     MatchedFamily(
         name="beta",
@@ -50,6 +58,7 @@ beta_logit = register_family(
         to_gaussian=_to_gaussian,
         distribution=_distribution,
         basis_quantile=_quantile,
+        log_prob=_log_prob,
     )
 )
 

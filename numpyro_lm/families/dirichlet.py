@@ -22,8 +22,10 @@ coordinates ``y`` with ``z = V y`` (numpyro's orthonormal ``ZeroSumTransform``).
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpyro.distributions as dist
+from jax.scipy.special import gammaln
 from numpyro.distributions.transforms import ZeroSumTransform
 
 from ..bridge import dirichlet_from_zero_sum_gaussian, lb_norm
@@ -90,6 +92,15 @@ def _sample_basis(rng_key, params, sample_shape):
     return ZeroSumTransform().inv(z)
 
 
+def _log_prob(params, y):
+    # Dirichlet density times the softmax basis Jacobian sum(log x) + log(K)/2, with
+    # log x = log_softmax(V y): no log of an underflowed probability
+    alpha = params["concentration"]
+    log_x = jax.nn.log_softmax(ZeroSumTransform()(y), axis=-1)
+    log_beta = jnp.sum(gammaln(alpha), axis=-1) - gammaln(jnp.sum(alpha, axis=-1))
+    return jnp.sum(alpha * log_x, axis=-1) - log_beta + 0.5 * jnp.log(alpha.shape[-1])
+
+
 def _lb_norm_from_gaussian(mean, cov):
     mean_z, cov_z = lb_norm(*lift_zero_sum(mean, cov))
     return {"concentration": dirichlet_from_zero_sum_gaussian(mean_z, jnp.diagonal(cov_z, axis1=-2, axis2=-1))}
@@ -105,6 +116,7 @@ dirichlet_softmax = register_family(
         distribution=_distribution,
         copula="independent",
         sample_basis=_sample_basis,
+        log_prob=_log_prob,
     )
 )
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpyro.distributions as dist
+from jax.scipy.special import gammaln
 
 from ..quantiles import gamma_log_quantile
 from .base import MatchedFamily, register_family, register_prior_family
@@ -44,11 +45,19 @@ __all__ = [
 ]
 
 
-def positive_family(name, basis, from_gaussian, to_gaussian, distribution, log_quantile):
+def positive_family(name, basis, from_gaussian, to_gaussian, distribution, log_quantile, gamma_params=None):
     """A family on the positive reals, matched in the ``log`` or ``sqrt`` basis.
 
     ``log_quantile(params, u)`` is ``log F^{-1}(u)``; the basis quantile follows from it.
+    ``gamma_params(params) -> (alpha, rate)`` marks a Gamma special case, whose log-basis
+    density is then evaluated in closed form (no ``exp`` that under- or overflows).
     """
+    log_prob = None
+    if gamma_params is not None and basis == "log":
+        def log_prob(params, y):
+            alpha, rate = gamma_params(params)
+            return alpha * jnp.log(rate) + alpha * y - rate * jnp.exp(y) - gammaln(alpha)
+
     if basis == "log":
         basis_quantile = log_quantile
     else:
@@ -64,6 +73,7 @@ def positive_family(name, basis, from_gaussian, to_gaussian, distribution, log_q
             to_gaussian=to_gaussian,
             distribution=distribution,
             basis_quantile=basis_quantile,
+            log_prob=log_prob,
         )
     )
 
@@ -99,8 +109,13 @@ def _gamma_log_quantile(params, u):
     return gamma_log_quantile(params["concentration"], params["rate"], u)
 
 
+def _gamma_params(params):
+    return params["concentration"], params["rate"]
+
+
 gamma_log = positive_family(
-    "gamma", "log", _gamma_log_from_gaussian, _gamma_log_to_gaussian, _gamma, _gamma_log_quantile
+    "gamma", "log", _gamma_log_from_gaussian, _gamma_log_to_gaussian, _gamma, _gamma_log_quantile,
+    _gamma_params,
 )
 gamma_sqrt = positive_family(
     "gamma", "sqrt", _gamma_sqrt_from_gaussian, _gamma_sqrt_to_gaussian, _gamma, _gamma_log_quantile
@@ -124,6 +139,7 @@ exponential_log = positive_family(
     lambda p: (-jnp.log(p["rate"]), jnp.ones_like(p["rate"])),
     _exponential,
     _exponential_log_quantile,
+    lambda p: (jnp.ones_like(p["rate"]), p["rate"]),
 )
 exponential_sqrt = positive_family(
     "exponential",
@@ -152,6 +168,7 @@ chi2_log = positive_family(
     lambda p: (jnp.log(p["df"]), 2.0 / p["df"]),
     _chi2,
     _chi2_log_quantile,
+    lambda p: (0.5 * p["df"], jnp.full_like(p["df"], 0.5)),
 )
 chi2_sqrt = positive_family(
     "chi2",
