@@ -12,7 +12,7 @@ $(PY):
 
 # The stamp files reinstall when pyproject.toml changes.
 $(VENV)/.installed: pyproject.toml | $(PY)
-	$(PIP) install --quiet -e .
+	$(PIP) install --quiet -e ".[plot]"
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(PY)
@@ -26,7 +26,7 @@ demo: $(VENV)/.installed
 	$(PY) examples/quickstart.py
 
 test: $(VENV)/.installed-dev
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n auto tests
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/run.py

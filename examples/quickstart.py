@@ -3,9 +3,11 @@
 A shop records, for three days, how many visitors arrive (Poisson with a positive
 ``rate``), which of four products they pick (Multinomial with ``shares`` on the simplex),
 and how long they stay (Normal with real ``mu`` and positive ``sigma``). The data are
-generated here. Run with ``make demo``.
+generated here. Run with ``make demo``; the marginals of LM and NUTS, overlaid, are
+saved to ``examples/output/quickstart_marginals.png``.
 """
 
+import os
 import time
 
 import jax
@@ -15,7 +17,9 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro.infer import MCMC, NUTS
 
-from numpyro_lm import LaplaceMatching
+from numpyro_lm import LaplaceMatching, plot_marginals
+
+OUTPUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "output")
 
 
 def model(visitors, picks, stay):
@@ -78,6 +82,20 @@ def main():
         params = {k: np.round(np.asarray(v), 3).tolist() for k, v in vars(d).items()
                   if k in ("concentration", "rate", "loc", "scale")}
         print(f"  {name}: {type(d).__name__} {params}")
+    # ArviZ: the same habits as with MCMC (az.from_numpyro(lm) works too)
+    import arviz as az
+
+    idata = lm.to_inference_data(posterior_predictive=True)
+    print(f"\nArviZ groups: {', '.join(idata.groups())}")
+    loo = az.loo(idata, var_name="stay")
+    print(f"PSIS-LOO of the visit lengths under the LM posterior: elpd_loo {float(loo.elpd_loo):.1f}")
+    try:
+        os.makedirs(OUTPUT, exist_ok=True)
+        path = os.path.join(OUTPUT, "quickstart_marginals.png")
+        plot_marginals(lm, az.from_numpyro(mcmc), labels=("LM", "NUTS"), path=path)
+        print(f"LM and NUTS marginals overlaid: {path}")
+    except ImportError as e:
+        print(f"(no plot: {e})")
     print(f"\nWall time, first calls with compilation: LM {lm_time:.2f} s, NUTS {nuts_time:.2f} s "
           f"({nuts_time / lm_time:.1f}x faster)")
     t0 = time.perf_counter()

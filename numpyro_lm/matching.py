@@ -536,7 +536,7 @@ class LaplaceMatching:
                 self._compiled_fit.weigh(fit.sample_key, fit.gaussian, fit.params, flat, self._dynamic)
             )
             # spread of log p - log q that rounding alone produces (exact approximations)
-            noise = 1e3 * np.finfo(log_p.dtype).eps * (1.0 + np.max(np.abs(log_p)))
+            noise = np.sqrt(np.finfo(log_p.dtype).eps) * (1.0 + np.max(np.abs(log_p)))
             self._psis[n] = (log_p, log_q, psis(log_p, log_q, noise=noise))
         return self._psis[n]
 
