@@ -55,8 +55,29 @@ def counts(seed=0):
     return model, (category_counts, events), {}
 
 
+def rbf_kernel(x, lengthscale=1.0, variance=1.0, jitter=1e-5):
+    d2 = jnp.square(x[:, None] - x[None, :])
+    return variance * jnp.exp(-0.5 * d2 / lengthscale**2) + jitter * jnp.eye(x.shape[0])
+
+
+def gp_classification(n=40, seed=0):
+    """Latent GP classification (fixed RBF kernel): a latent Gaussian model, 40 correlated dims."""
+    kx, kf, ky = jax.random.split(jax.random.PRNGKey(seed), 3)
+    x = jnp.sort(jax.random.uniform(kx, (n,), minval=-3.0, maxval=3.0))
+    f = 2.0 * jnp.sin(1.5 * x)
+    y = jax.random.bernoulli(ky, jax.nn.sigmoid(f)).astype(jnp.result_type(float))
+
+    def model(x, y=None):
+        cov = rbf_kernel(x, lengthscale=1.0, variance=4.0)
+        f = numpyro.sample("f", dist.MultivariateNormal(jnp.zeros(x.shape[0]), covariance_matrix=cov))
+        numpyro.sample("y", dist.Bernoulli(logits=f), obs=y)
+
+    return model, (x,), {"y": y}
+
+
 MODELS = {
     "eight_schools": eight_schools,
     "logistic_regression": logistic_regression,
     "counts": counts,
+    "gp_classification": gp_classification,
 }

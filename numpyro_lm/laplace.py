@@ -219,14 +219,22 @@ class Gaussian(NamedTuple):
         return self.mean + (eps / jnp.sqrt(self.eigenvalues)) @ self.eigenvectors.T
 
 
+def singular_floor(eigenvalues):
+    """Eigenvalues of a symmetric matrix below this are numerically zero (see below)."""
+    d = eigenvalues.shape[-1]
+    return jnp.sqrt(d) * jnp.finfo(eigenvalues.dtype).eps * jnp.max(jnp.abs(eigenvalues))
+
+
 def gaussian_from_eigh(mean, precision, eigenvalues, eigenvectors) -> Gaussian:
     """Gaussian from the mode and the eigen-decomposition of the precision.
 
-    Eigenvalues below ``D * eps * max(eigenvalue)`` are numerically zero (rounding alone
-    can make them slightly positive): they make ``cov`` NaN, like negative ones, rather
-    than a covariance of 1e16 along a direction the data do not identify.
+    Eigenvalues below ``sqrt(D) * eps * max(eigenvalue)`` are numerically zero (rounding
+    alone can make them slightly positive; the typical rounding error of an eigenvalue is
+    ``eps * max``, ``sqrt(D)`` of them summed at random): they make ``cov`` NaN, like
+    negative ones, rather than a covariance of 1e16 along a direction the data do not
+    identify.
     """
-    floor = mean.shape[-1] * jnp.finfo(eigenvalues.dtype).eps * jnp.max(jnp.abs(eigenvalues))
+    floor = singular_floor(eigenvalues)
     inv = jnp.where(eigenvalues > floor, 1.0 / eigenvalues, jnp.nan)
     cov = (eigenvectors * inv) @ eigenvectors.T
     return Gaussian(mean, precision, eigenvalues, eigenvectors, cov)

@@ -53,6 +53,7 @@ from .laplace import (
     evaluate,
     gaussian_from_eigh,
     initial_state,
+    singular_floor,
     lbfgs_minimize,
     newton_minimize,
 )
@@ -127,6 +128,8 @@ class _Compiled(NamedTuple):
     finish: Callable
     draw: Callable
     weigh: Callable
+    inputs: Callable  # dynamic -> (args, kwargs, init_params)
+    extra: dict  # further jitted functions of the fit (see LaplaceMatching._jitted)
 
 
 class _Fit(NamedTuple):
@@ -399,6 +402,8 @@ class LaplaceMatching:
             finish=jit(finish, static_argnums=(3,)),
             draw=jit(draw, static_argnums=(4,)),
             weigh=jit(weigh),
+            inputs=inputs,
+            extra={},
         )
 
     def _prepare(self, rng_key, args, kwargs, init_params):
@@ -486,7 +491,8 @@ class LaplaceMatching:
 
     def _not_positive_definite(self, precision) -> NotPositiveDefiniteError:
         eigval, eigvec = np.linalg.eigh(precision)
-        bad = np.flatnonzero(eigval <= 0) if np.any(eigval <= 0) else np.array([0])
+        floor = float(singular_floor(jnp.asarray(eigval)))
+        bad = np.flatnonzero(eigval <= floor) if np.any(eigval <= floor) else np.array([0])
         weights = np.sum(eigvec[:, bad] ** 2, axis=1)
         top = np.argsort(-weights)[:5]
         where = ", ".join(f"{self._layout.coordinate(int(i))} ({weights[i]:.2f})" for i in top if weights[i] > 1e-3)
@@ -498,9 +504,14 @@ class LaplaceMatching:
             else 'float32 Hessians of models with many observations are often not positive '
             'definite: enable float64 with jax.config.update("jax_enable_x64", True)'
         )
+        if eigval[0] > 0:
+            what = (f"numerically singular (eigenvalues from {eigval[0]:.3g} to {eigval[-1]:.3g}: a "
+                    f"condition number beyond what {np.finfo(eigval.dtype).dtype} resolves)")
+        else:
+            what = f"not positive definite (smallest eigenvalue {eigval[0]:.3g})"
         return NotPositiveDefiniteError(
-            f"the negative Hessian at the mode is not positive definite (smallest eigenvalue "
-            f"{eigval[0]:.3g}); the flat directions involve {where}. Likely cause: {hint}. "
+            f"the negative Hessian at the mode is {what}; the flat directions involve {where}. "
+            f"Likely cause: {hint}. "
             "As a last resort pass regularize=<ridge> to LaplaceMatching (this changes the "
             "posterior)."
         )
@@ -596,6 +607,24 @@ class LaplaceMatching:
         if group_by_chain:
             fields = {k: v[None] for k, v in fields.items()}
         return fields
+
+    def _jitted(self, name: str, fn: Callable) -> Callable:
+        """``fn(*arrays, args, kwargs)`` jit-compiled once per model and argument shapes.
+
+        For work on a fitted model outside ``run`` (e.g. the NUTS warm start); returns a
+        function of the arrays alone, bound to the arguments of the last ``run``.
+        """
+        self._require_fit()
+        compiled = self._compiled_fit
+        if name not in compiled.extra:
+            inputs = compiled.inputs
+
+            def call(dynamic, *arrays):
+                args, kwargs, _ = inputs(dynamic)
+                return fn(*arrays, args, kwargs)
+
+            compiled.extra[name] = jax.jit(call, compiler_options=self.compiler_options)
+        return partial(compiled.extra[name], self._dynamic)
 
     def to_inference_data(
         self,
