@@ -5,6 +5,7 @@ posterior is wanted: each latent site gets its matched exponential family (Gamma
 Dirichlet, Normal, ...) on its own domain.
 """
 
+from .adapters import EllipticalSlice, warm_nuts
 from .bridge import (
     condition_zero_sum,
     dirichlet_beta_marginals,
@@ -21,6 +22,7 @@ from .families import (
     register_family,
     register_prior_family,
 )
+from .compare import Comparison, compare
 from .diagnostics import PSIS, khat_verdict, psis
 from .inference_data import to_inference_data
 from .laplace import Gaussian
@@ -54,5 +56,9 @@ __all__ = [
     "psis",
     "PSIS",
     "khat_verdict",
+    "warm_nuts",
+    "EllipticalSlice",
+    "compare",
+    "Comparison",
     "__version__",
 ]
