@@ -1,0 +1,77 @@
+"""MVI refinement on the benchmark models: its cost and what it buys.
+
+For each model, side by side in one process (float32, 2-core CPU):
+- time: a compiled (second) fit with ``refine=None`` and with each refinement
+  (256 fixed draws, up to 200 L-BFGS iterations), as a multiple of the plain fit;
+- accuracy: the 1-Wasserstein distance between each coordinate's LM draws and a long
+  NUTS run (2 chains x 4000 draws, started from LM with its covariance as mass matrix),
+  in units of the NUTS SD, averaged over the coordinates (lower is better).
+Run with ``python benchmarks/refine.py [model ...]`` (part of ``make bench``).
+"""
+
+import os
+import sys
+import time
+import warnings
+
+import jax
+import numpy as np
+from numpyro.infer import MCMC
+from scipy.stats import wasserstein_distance
+
+sys.path.insert(0, os.path.dirname(__file__))
+from models import MODELS  # noqa: E402
+
+from numpyro_lm import LaplaceMatching  # noqa: E402
+from numpyro_lm.adapters import warm_nuts  # noqa: E402
+
+warnings.filterwarnings("ignore", category=FutureWarning)
+METHODS = (None, "mean", "eig", "lowrank", "diag")
+
+
+def flat(samples, names):
+    return np.concatenate([np.asarray(samples[n]).reshape(len(samples[n]), -1) for n in names], axis=1)
+
+
+def reference(model, args, kwargs):
+    lm = LaplaceMatching(model, progress_bar=False).run(jax.random.PRNGKey(0), *args, **kwargs)
+    warm = warm_nuts(lm)
+    init = {k: np.broadcast_to(v, (2,) + v.shape) for k, v in warm.init_params.items()}
+    mcmc = MCMC(warm.kernel, num_warmup=300, num_samples=4000, num_chains=2, chain_method="sequential",
+                progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(1), *args, init_params=init, **kwargs)
+    return mcmc.get_samples(), [s.name for s in lm.layout.sites]
+
+
+def bench(name):
+    model, args, kwargs = MODELS[name]()
+    ref, names = reference(model, args, kwargs)
+    ref_flat = flat(ref, names)
+    sd = ref_flat.std(0)
+    rows = {}
+    for method in METHODS:
+        lm = LaplaceMatching(model, refine=method, num_samples=4000, progress_bar=False)
+        lm.run(jax.random.PRNGKey(2), *args, **kwargs)  # compiles
+        times = []
+        for i in range(5):
+            t0 = time.perf_counter()
+            jax.block_until_ready(lm.run(jax.random.PRNGKey(3 + i), *args, **kwargs).get_samples())
+            times.append(time.perf_counter() - t0)
+        draws = flat(lm.get_samples(), names)
+        w1 = np.mean([wasserstein_distance(draws[:, j], ref_flat[:, j]) / sd[j] for j in range(sd.size)])
+        rows[method] = (np.median(times), w1)
+    base = rows[None][0]
+    cells = [f"{rows[m][1]:.3f} ({rows[m][0] / base:.1f}x)" for m in METHODS]
+    print(f"| {name} | {1e3 * base:.1f} | " + " | ".join(cells) + " |", flush=True)
+
+
+def main(names):
+    print("Mean 1-Wasserstein distance to NUTS per coordinate, in NUTS SDs (time as a multiple of the plain fit)")
+    print("| model | plain fit ms | Laplace | MVI_mu | MVI_eig | MVI_lr | VI_diag |")
+    print("|---|---|---|---|---|---|---|")
+    for name in names:
+        bench(name)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:] or list(MODELS))
