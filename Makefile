@@ -31,6 +31,7 @@ test: $(VENV)/.installed-dev
 bench: $(VENV)/.installed
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/warm_start.py
+	$(PY) benchmarks/refine.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -2,7 +2,7 @@
 
 For each model, side by side in one process (float32, 2-core CPU):
 - time: a compiled (second) fit with ``refine=None`` and with each refinement
-  (256 fixed draws, up to 200 L-BFGS iterations), as a multiple of the plain fit;
+  (1000 fixed draws, the default, up to 200 L-BFGS iterations), as a multiple of the plain fit;
 - accuracy: the 1-Wasserstein distance between each coordinate's LM draws and a long
   NUTS run (2 chains x 4000 draws, started from LM with its covariance as mass matrix),
   in units of the NUTS SD, averaged over the coordinates (lower is better).

@@ -282,7 +282,7 @@ class LaplaceMatching:
         newton_max_dim: int = 1000,
         progress_bar: bool = True,
         refine: Optional[str] = None,
-        refine_num_samples: int = 256,
+        refine_num_samples: int = 1000,
         refine_max_iter: int = 200,
         compiler_options: Optional[dict] = FAST_COMPILE,
     ):
