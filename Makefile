@@ -26,12 +26,13 @@ demo: $(VENV)/.installed
 	$(PY) examples/quickstart.py
 
 test: $(VENV)/.installed-dev
-	$(PY) -m pytest -q -n auto tests
+	$(PY) -m pytest -q -n auto --dist loadfile tests
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/warm_start.py
 	$(PY) benchmarks/refine.py
+	$(PY) benchmarks/nested.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -59,8 +59,10 @@ from .laplace import (
 )
 from .inference_data import to_inference_data
 from .marginals import is_elementwise, matched_params
+from .nested import NestedDesign, _quantile_sites, conditional_fit, explore, grid, mixture_moments
+from .nested import draw as nested_draw
 from .random import host_generator, standard_normal
-from .refine import REFINE_METHODS, Refinement, refine_gaussian
+from .refine import REFINE_METHODS, Refinement, gaussian_from_cov, refine_gaussian
 from .trace import (
     Layout,
     SiteChoice,
@@ -258,6 +260,14 @@ class LaplaceMatching:
         and after is in :meth:`diagnostics`. Needs the dense Laplace covariance (as every
         fit does today; a low-rank curvature would make ``"eig"`` act on its leading
         eigenvectors only).
+    :param hyper: nested Laplace over hyperparameters (:mod:`numpyro_lm.nested`, INLA
+        style): a list of at most three dimensions' worth of latent sites (e.g.
+        ``["tau"]``) whose marginal posterior is integrated on a grid, with a Laplace
+        approximation of the other sites conditional on each grid point; or ``"auto"``:
+        the scalar or 2-vector sites outside every plate of a model that has plated
+        latent sites (refused when they add up to more than three coordinates). For
+        hierarchical models where the joint Laplace approximation misplaces a group
+        scale. ``None`` (default): one joint Laplace approximation.
     :param int refine_num_samples: ``S``, the fixed standard normal draws of the bound.
     :param int refine_max_iter: L-BFGS iterations of the refinement.
     :param dict compiler_options: XLA options for the compiled fit (``jax.jit``'s
@@ -282,6 +292,7 @@ class LaplaceMatching:
         newton_max_dim: int = 1000,
         progress_bar: bool = True,
         refine: Optional[str] = None,
+        hyper=None,
         refine_num_samples: int = 1000,
         refine_max_iter: int = 200,
         compiler_options: Optional[dict] = FAST_COMPILE,
@@ -295,6 +306,14 @@ class LaplaceMatching:
         if refine_num_samples < 1 or refine_max_iter < 0:
             raise ValueError("refine_num_samples must be positive and refine_max_iter non-negative")
         self.refine = refine
+        if hyper is not None and hyper != "auto" and not (
+            isinstance(hyper, (list, tuple)) and all(isinstance(h, str) for h in hyper) and hyper
+        ):
+            raise ValueError(f'hyper must be None, "auto" or a list of site names, not {hyper!r}')
+        if hyper is not None and refine is not None:
+            raise ValueError("refine= and hyper= cannot be combined yet; choose one")
+        self.hyper = hyper
+        self._design = None
         self.refine_num_samples = refine_num_samples
         self.refine_max_iter = refine_max_iter
         self.model = model
@@ -485,6 +504,10 @@ class LaplaceMatching:
             fit = compiled.finish(state, fit.sample_key, dynamic, self.num_samples)
         self._fit = fit
         self._check(fit)
+        self._design, self._nested_log_q = None, {}
+        if self.hyper is not None:
+            self._fit = self._nested(fit)
+            self._check(self._fit)
         return self
 
     def _needs_more(self, state) -> bool:
@@ -563,6 +586,128 @@ class LaplaceMatching:
             raise RuntimeError("call run() first")
         return self._fit
 
+    # --------------------------------------------------------- nested Laplace
+
+    def _hyper_sites(self) -> list:
+        layout, names = self._layout, [s.name for s in self._layout.sites]
+        if self.hyper != "auto":
+            unknown = [h for h in self.hyper if h not in names]
+            if unknown:
+                raise ValueError(f"hyper names {unknown}, which are not latent sites; the latent sites are {names}")
+            return list(self.hyper)
+        trace = self._mode_trace()
+        chosen = [s.name for s in layout.sites if not trace[s.name]["cond_indep_stack"] and s.size <= 2]
+        plated = any(trace[s.name]["cond_indep_stack"] for s in layout.sites)
+        size = sum(layout.site(n).size for n in chosen)
+        if not plated or not chosen or size > 3:
+            raise ValueError(
+                'hyper="auto" looks for at most three coordinates of global sites above plated '
+                f"latent sites and found {chosen} ({size} coordinates) in a model "
+                f"{'with' if plated else 'without'} plated latent sites. Name them: hyper=[...]."
+            )
+        return chosen
+
+    def _constrained(self, flat):
+        model, layout, choice = self.model, self._layout, self._choice
+
+        def fn(flat, args, kwargs):
+            return jax.vmap(lambda y: constrain(model, layout, choice, y, args, kwargs))(flat)
+
+        return self._jitted("constrain", fn)(flat)
+
+    def _nested(self, fit: _Fit) -> _Fit:
+        """The joint fit replaced by the nested Laplace mixture (:mod:`numpyro_lm.nested`)."""
+        layout, model, choice = self._layout, self.model, self._choice
+        hyper = set(self._hyper_sites())
+        coords = {s.name: np.arange(s.offset, s.offset + s.size) for s in layout.sites}
+        theta_index = np.concatenate([coords[s.name] for s in layout.sites if s.name in hyper])
+        x_index = np.concatenate([coords[s.name] for s in layout.sites if s.name not in hyper] or [np.zeros(0, int)])
+        if x_index.size == 0:
+            raise ValueError("hyper= names every latent site: nothing is left for the conditional Laplace step")
+        grid(theta_index.size)  # refuses more than three coordinates
+        dtype, size, max_iter = fit.gaussian.mean.dtype, layout.size, self.max_iter
+        tol = default_tol(dtype) if self.tol is None else self.tol
+
+        def marginal(thetas, x0, args, kwargs):
+            def neg(flat):
+                return -potential(model, layout, choice, flat, args, kwargs)
+
+            return jax.vmap(lambda t: conditional_fit(neg, t, x0, theta_index, x_index, size, tol, max_iter))(thetas)
+
+        compiled = self._jitted("nested_marginal", marginal)
+
+        def marginal(thetas, x0, batch=16):
+            # fixed-size batches: one compilation serves the stencil, the line search and the grid
+            n = thetas.shape[0]
+            padded = jnp.concatenate([thetas, jnp.broadcast_to(thetas[:1], (-n % batch,) + thetas.shape[1:])])
+            parts = [compiled(padded[i : i + batch], x0) for i in range(0, padded.shape[0], batch)]
+            return tuple(jnp.concatenate([p[j] for p in parts])[:n] for j in range(3))
+
+        mean = np.asarray(fit.gaussian.mean, np.float64)
+        mode, precision, x_mode, outer_iter = explore(marginal, mean[theta_index], jnp.asarray(mean[x_index], dtype))
+        eigval, eigvec = np.linalg.eigh(precision)
+        scale = eigvec / np.sqrt(eigval)
+        for widen in (1.0, 1.5, 2.0, 3.0):  # until the grid's edge holds no mass
+            step, z, edge = grid(theta_index.size, widen)
+            thetas = mode + z @ scale.T
+            logp, xs, covs = (np.asarray(a, np.float64) for a in marginal(jnp.asarray(thetas, dtype), x_mode))
+            ok = np.isfinite(logp) & np.all(np.isfinite(covs), axis=(1, 2))
+            logp = np.where(ok, logp, -np.inf)
+            log_w = logp - (np.max(logp) + np.log(np.sum(np.exp(logp - np.max(logp)))))
+            if np.sum(np.exp(log_w[edge])) <= 1e-3:
+                break
+        keep = log_w > np.log(1e-12)  # points that carry no mass
+        w = np.exp(log_w)
+        design = NestedDesign(
+            theta_index=theta_index, x_index=x_index, mode=mode, scale=scale, step=step, z=z[keep],
+            theta=thetas[keep], log_weights=log_w[keep] - np.log(np.sum(w[keep])), x_mode=xs[keep],
+            x_cov=covs[keep], edge_mass=float(np.sum(w[edge])), num_outer_iter=outer_iter,
+        )
+        if design.edge_mass > 1e-3:
+            warnings.warn(
+                f"nested Laplace: {design.edge_mass:.1%} of the hyperparameters' mass lies on the edge "
+                "of the integration grid; the marginal is wider or more skewed than its curvature "
+                "at the mode suggests, and the tail beyond the grid is missing.",
+                stacklevel=3,
+            )
+        self._design = design
+        samples, flat = self._nested_draws(fit.sample_key, self.num_samples)
+        # the mixture's mean and covariance in the basis: the Gaussian-mixture moments for
+        # sites drawn from their conditional Gaussians, the draws' moments where the draws
+        # went through each grid point's matched family
+        mean_all, cov_all = mixture_moments(design, size)
+        draws = np.asarray(flat, np.float64)
+        mapped = np.zeros(size, bool)
+        for site, _ in _quantile_sites(layout, theta_index):
+            mapped[site.offset : site.offset + site.size] = True
+        mean_all[mapped] = draws[:, mapped].mean(0)
+        cov_draws = np.cov(draws.T).reshape(size, size)
+        cov_all[mapped, :] = cov_draws[mapped, :]
+        cov_all[:, mapped] = cov_draws[:, mapped]
+        gaussian = gaussian_from_cov(jnp.asarray(mean_all, dtype), jnp.asarray(cov_all, dtype))
+        params = matched_params(layout, gaussian.mean, gaussian.cov)
+        finite = _Finite(
+            value=fit.finite.value,
+            cov=jnp.all(jnp.isfinite(gaussian.cov)),
+            params={k: jnp.all(jnp.array([jnp.all(jnp.isfinite(v)) for v in p.values()])) for k, p in params.items()},
+        )
+        return fit._replace(gaussian=gaussian, params=params, samples=samples, flat=flat, finite=finite)
+
+    def _nested_draws(self, key, num_samples: int):
+        flat, log_q = nested_draw(host_generator(key, stream=num_samples), self._design, self._layout, num_samples)
+        dtype = jnp.result_type(float)
+        self._nested_log_q[num_samples] = log_q
+        flat = jnp.asarray(flat, dtype)
+        return self._constrained(flat), flat
+
+    @property
+    def design(self) -> Optional[NestedDesign]:
+        """The nested Laplace design (points, weights, conditionals), or ``None``."""
+        self._require_fit()
+        return self._design
+
+    # ------------------------------------------------------------------ draws
+
     def _draws_of(self, num_samples: Optional[int]):
         """``(samples, flat)``: the ``run`` draws, or ``num_samples`` new ones (kept)."""
         fit = self._require_fit()
@@ -570,6 +715,8 @@ class LaplaceMatching:
             return fit.samples, fit.flat
         if num_samples < 1:
             raise ValueError(f"num_samples must be positive, not {num_samples}")
+        if num_samples not in self._draws and self._design is not None:
+            self._draws[num_samples] = self._nested_draws(fit.sample_key, num_samples)
         if num_samples not in self._draws:
             # the copula's host streams are keyed by num_samples: new, independent draws
             self._draws[num_samples] = self._compiled_fit.draw(
@@ -583,13 +730,25 @@ class LaplaceMatching:
         if n not in self._psis:
             fit = self._require_fit()
             _, flat = self._draws_of(n)
-            log_p, log_q = jax.device_get(
-                self._compiled_fit.weigh(fit.sample_key, fit.gaussian, fit.params, flat, self._dynamic)
-            )
+            if self._design is not None:  # the mixture's own density (numpyro_lm.nested.draw)
+                log_p = np.asarray(self._log_densities(flat))
+                log_q = self._nested_log_q[n].astype(log_p.dtype)
+            else:
+                log_p, log_q = jax.device_get(
+                    self._compiled_fit.weigh(fit.sample_key, fit.gaussian, fit.params, flat, self._dynamic)
+                )
             # spread of log p - log q that rounding alone produces (exact approximations)
             noise = np.sqrt(np.finfo(log_p.dtype).eps) * (1.0 + np.max(np.abs(log_p)))
             self._psis[n] = (log_p, log_q, psis(log_p, log_q, noise=noise))
         return self._psis[n]
+
+    def _log_densities(self, flat):
+        model, layout, choice = self.model, self._layout, self._choice
+
+        def fn(flat, args, kwargs):
+            return jax.vmap(lambda y: potential(model, layout, choice, y, args, kwargs))(flat)
+
+        return self._jitted("log_density", fn)(flat)
 
     def get_samples(
         self,
@@ -787,6 +946,18 @@ class LaplaceMatching:
             "num_samples": int(self.num_samples),
             "verdict": khat_verdict(weights.khat),
             **self._refine_diagnostics(),
+            **self._nested_diagnostics(),
+        }
+
+    def _nested_diagnostics(self) -> dict:
+        d = self._design
+        if d is None:
+            return {"hyper": None}
+        return {
+            "hyper": self._hyper_sites(),
+            "nested_design_points": int(d.theta.shape[0]),
+            "nested_edge_mass": d.edge_mass,
+            "nested_outer_iter": d.num_outer_iter,
         }
 
     def _refine_diagnostics(self) -> dict:

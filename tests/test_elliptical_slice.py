@@ -56,12 +56,12 @@ def gp_classification(x, y=None):
 def test_gp_classification_agrees_with_nuts():
     x = jnp.linspace(-3.0, 3.0, 16)
     y = (jnp.sin(1.5 * x) + 0.3 * jax.random.normal(KEY, x.shape) > 0).astype(jnp.float64)
-    ess_mcmc = MCMC(EllipticalSlice(gp_classification), num_warmup=300, num_samples=3000, num_chains=2,
+    ess_mcmc = MCMC(EllipticalSlice(gp_classification), num_warmup=300, num_samples=2000, num_chains=2,
                     chain_method="vectorized", progress_bar=False)
     ess_mcmc.run(KEY, x, y=y)
     # reference: NUTS with the LM covariance as its dense mass matrix (mixes in 40 dims)
     warm = warm_nuts(LaplaceMatching(gp_classification).run(KEY, x, y=y))
-    nuts = MCMC(warm.kernel, num_warmup=200, num_samples=2000, progress_bar=False)
+    nuts = MCMC(warm.kernel, num_warmup=150, num_samples=1500, progress_bar=False)
     nuts.run(KEY, x, y=y, init_params=warm.init_params)
     a, b = (az.from_numpyro(m, log_likelihood=False) for m in (ess_mcmc, nuts))
     fa, fb = a.posterior["f"].values.reshape(-1, 16), b.posterior["f"].values.reshape(-1, 16)
