@@ -492,16 +492,18 @@ class LaplaceMatching:
         # Iterations per compiled call: the progress bar can only move between calls.
         chunk = min(self.max_iter, 25 if compiled.layout.size <= 500 else 5)
         at_origin = self.init_strategy is None and init_params is None
-        fit = compiled.fit(rng_key, dynamic, chunk, self.num_samples, at_origin)
+        # nested Laplace draws from its own mixture: the joint fit needs no draws of its own
+        n = 1 if self.hyper is not None else self.num_samples
+        fit = compiled.fit(rng_key, dynamic, chunk, n, at_origin)
         if at_origin and not bool(fit.finite.value):
             # the basis origin lies outside the density's support (e.g. the sqrt basis)
-            fit = compiled.fit(rng_key, dynamic, chunk, self.num_samples, False)
+            fit = compiled.fit(rng_key, dynamic, chunk, n, False)
         state = fit.state
         if not bool(state.fresh) or self._needs_more(state):
             state = self._resume(compiled, state, dynamic, chunk)
             if not bool(state.fresh):
                 state = compiled.refresh(state, dynamic)
-            fit = compiled.finish(state, fit.sample_key, dynamic, self.num_samples)
+            fit = compiled.finish(state, fit.sample_key, dynamic, n)
         self._fit = fit
         self._check(fit)
         self._design, self._nested_log_q = None, {}

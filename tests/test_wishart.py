@@ -74,7 +74,7 @@ def test_one_by_one_matrices_reduce_to_gamma_maps(key, scalar):
     np.testing.assert_allclose(cov[0, 0], s2, rtol=1e-6)
 
 
-@pytest.mark.parametrize("n", [4.0, 10.0, 100.0])
+@pytest.mark.parametrize("n", [4.0, 100.0])
 def test_seeds_logm_closed_form_differs_by_order_p_over_n(n):
     """The seeds' Jacobian (det X) moves the mode from logm(n V) to logm((n - p + 1) V).
 
