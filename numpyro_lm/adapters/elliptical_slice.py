@@ -33,6 +33,7 @@ import numpy as np
 from jax import lax
 from numpyro import handlers
 from numpyro.distributions import ExpandedDistribution, Independent, MultivariateNormal, Normal, constraints
+from numpyro.infer.initialization import init_to_value
 from numpyro.infer.mcmc import MCMCKernel
 from numpyro.infer.util import log_density
 from numpyro.util import is_prng_key
@@ -231,8 +232,6 @@ class EllipticalSlice(MCMCKernel):
             if init_params is None:
                 z = mean + chol @ jax.random.normal(k_init, mean.shape, mean.dtype)
             else:
-                from numpyro.infer.initialization import init_to_value
-
                 z = init_values(lm.model, lm.layout, lm._choice, init_to_value(values=init_params), k_init, args, kwargs)
         else:
             self._ellipse, mean, chol = self._model_setup(k_setup, args, kwargs)
