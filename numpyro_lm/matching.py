@@ -636,14 +636,16 @@ class LaplaceMatching:
 
             return jax.vmap(lambda t: conditional_fit(neg, t, x0, theta_index, x_index, size, tol, max_iter))(thetas)
 
-        compiled = self._jitted("nested_marginal", marginal)
+        compiled = self._jitted("nested_marginal", marginal, optimize=True)
 
         def marginal(thetas, x0, batch=16):
-            # fixed-size batches: one compilation serves the stencil, the line search and the grid
+            # fixed-size batches: one compilation serves the stencil, the line search and the
+            # grid; padding and gathering on the host (eager JAX slicing costs more than the fit)
+            thetas = np.asarray(thetas)
             n = thetas.shape[0]
-            padded = jnp.concatenate([thetas, jnp.broadcast_to(thetas[:1], (-n % batch,) + thetas.shape[1:])])
-            parts = [compiled(padded[i : i + batch], x0) for i in range(0, padded.shape[0], batch)]
-            return tuple(jnp.concatenate([p[j] for p in parts])[:n] for j in range(3))
+            padded = np.concatenate([thetas, np.broadcast_to(thetas[:1], (-n % batch,) + thetas.shape[1:])])
+            parts = jax.device_get([compiled(padded[i : i + batch], x0) for i in range(0, padded.shape[0], batch)])
+            return tuple(np.concatenate([p[j] for p in parts])[:n] for j in range(3))
 
         mean = np.asarray(fit.gaussian.mean, np.float64)
         mode, precision, x_mode, outer_iter = explore(marginal, mean[theta_index], jnp.asarray(mean[x_index], dtype))
@@ -652,7 +654,7 @@ class LaplaceMatching:
         for widen in (1.0, 1.5, 2.0, 3.0):  # until the grid's edge holds no mass
             step, z, edge = grid(theta_index.size, widen)
             thetas = mode + z @ scale.T
-            logp, xs, covs = (np.asarray(a, np.float64) for a in marginal(jnp.asarray(thetas, dtype), x_mode))
+            logp, xs, covs = (np.asarray(a, np.float64) for a in marginal(np.asarray(thetas, dtype), x_mode))
             ok = np.isfinite(logp) & np.all(np.isfinite(covs), axis=(1, 2))
             logp = np.where(ok, logp, -np.inf)
             log_w = logp - (np.max(logp) + np.log(np.sum(np.exp(logp - np.max(logp)))))
@@ -809,11 +811,13 @@ class LaplaceMatching:
             fields = {k: v[None] for k, v in fields.items()}
         return fields
 
-    def _jitted(self, name: str, fn: Callable) -> Callable:
+    def _jitted(self, name: str, fn: Callable, optimize: bool = False) -> Callable:
         """``fn(*arrays, args, kwargs)`` jit-compiled once per model and argument shapes.
 
         For work on a fitted model outside ``run`` (e.g. the NUTS warm start); returns a
         function of the arrays alone, bound to the arguments of the last ``run``.
+        ``optimize=True`` compiles with XLA's default optimisations instead of
+        ``compiler_options`` (slower to compile, faster to run).
         """
         self._require_fit()
         compiled = self._compiled_fit
@@ -824,7 +828,8 @@ class LaplaceMatching:
                 args, kwargs, _ = inputs(dynamic)
                 return fn(*arrays, args, kwargs)
 
-            compiled.extra[name] = jax.jit(call, compiler_options=self.compiler_options)
+            # optimize: XLA's default backend optimisations, for loops that run long
+            compiled.extra[name] = jax.jit(call, compiler_options=None if optimize else self.compiler_options)
         return partial(compiled.extra[name], self._dynamic)
 
     def to_inference_data(

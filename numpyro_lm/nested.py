@@ -127,7 +127,7 @@ def explore(marginal: Callable, theta0, x0, max_iter: int = 50, tol: float = 1e-
     x_ref = x0
     for it in range(1, max_iter + 1):
         points = theta + offsets * h
-        logp, xs, _ = marginal(jnp.asarray(points, x0.dtype), x_ref)
+        logp, xs, _ = marginal(np.asarray(points, x0.dtype), x_ref)
         logp = np.asarray(logp, np.float64)
         if not np.isfinite(logp[0]):
             raise ValueError("the Laplace marginal of the hyperparameters is not finite at the start")
@@ -145,7 +145,7 @@ def explore(marginal: Callable, theta0, x0, max_iter: int = 50, tol: float = 1e-
         h = np.clip(0.2 * sd, 1e-3, 0.5)
         lengths = 0.5 ** np.arange(8)
         candidates = theta + lengths[:, None] * step
-        cand_logp, cand_x, _ = marginal(jnp.asarray(candidates, x0.dtype), x_ref)
+        cand_logp, cand_x, _ = marginal(np.asarray(candidates, x0.dtype), x_ref)
         cand_logp = np.asarray(cand_logp, np.float64)
         best = int(np.argmax(np.where(np.isfinite(cand_logp), cand_logp, -np.inf)))
         if cand_logp[best] > logp[0]:
