@@ -38,7 +38,7 @@ def test_gp_regression_posterior_is_recovered():
     k = rbf(x)
     gain = k @ jnp.linalg.inv(k + 0.09 * jnp.eye(12))
     mean, sd = gain @ y, jnp.sqrt(jnp.diag(k - gain @ k))
-    mcmc = MCMC(EllipticalSlice(gp_regression), num_warmup=200, num_samples=2000, num_chains=2,
+    mcmc = MCMC(EllipticalSlice(gp_regression), num_warmup=200, num_samples=1200, num_chains=2,
                 chain_method="vectorized", progress_bar=False)
     mcmc.run(KEY, x, y=y)
     f = np.asarray(mcmc.get_samples()["f"])
@@ -56,7 +56,7 @@ def gp_classification(x, y=None):
 def test_gp_classification_agrees_with_nuts():
     x = jnp.linspace(-3.0, 3.0, 16)
     y = (jnp.sin(1.5 * x) + 0.3 * jax.random.normal(KEY, x.shape) > 0).astype(jnp.float64)
-    ess_mcmc = MCMC(EllipticalSlice(gp_classification), num_warmup=300, num_samples=2000, num_chains=2,
+    ess_mcmc = MCMC(EllipticalSlice(gp_classification), num_warmup=200, num_samples=1500, num_chains=2,
                     chain_method="vectorized", progress_bar=False)
     ess_mcmc.run(KEY, x, y=y)
     # reference: NUTS with the LM covariance as its dense mass matrix (mixes in 40 dims)
