@@ -106,6 +106,12 @@ def _gaussian_prior(site):
     )
 
 
+def _joint_prior(trace, names):
+    """``(mean, block-diagonal cov)`` of the sites' Gaussian priors, flattened in order."""
+    means, covs = zip(*(_gaussian_prior(trace[n]) for n in names))
+    return jnp.concatenate(means), jax.scipy.linalg.block_diag(*covs)
+
+
 class _ModelEllipse(NamedTuple):
     names: tuple
     shapes: tuple
@@ -164,20 +170,14 @@ class EllipticalSlice(MCMCKernel):
         latent = [n for n, s in tr.items() if s["type"] == "sample" and not s["is_observed"]]
         if not latent:
             raise ValueError("the model has no latent sample sites: there is nothing to sample.")
-        means, covs = [], []
         for name in latent:
-            site = tr[name]
-            if site["fn"].support not in (constraints.real, constraints.real_vector) and not (
-                isinstance(site["fn"].support, constraints.independent)
-                and site["fn"].support.base_constraint is constraints.real
+            support = tr[name]["fn"].support
+            if support not in (constraints.real, constraints.real_vector) and not (
+                isinstance(support, constraints.independent) and support.base_constraint is constraints.real
             ):
                 raise ValueError(f"site {name!r} is not real-valued: use EllipticalSlice.from_laplace(lm).")
-            m, c = _gaussian_prior(site)
-            means.append(m)
-            covs.append(c)
         ellipse = _ModelEllipse(tuple(latent), tuple(jnp.shape(tr[n]["value"]) for n in latent))
-        mean = jnp.concatenate(means)
-        cov = jax.scipy.linalg.block_diag(*covs)
+        mean, cov = _joint_prior(tr, ellipse.names)
         self._check_fixed_prior(ellipse, mean, cov, args, kwargs)
         return ellipse, mean, jnp.linalg.cholesky(cov)
 
@@ -185,8 +185,7 @@ class EllipticalSlice(MCMCKernel):
         # the ellipse must not move with the latent values: trace again elsewhere
         shifted = ellipse.unravel(mean + 1.0)
         tr = handlers.trace(handlers.substitute(handlers.seed(self._model, 0), data=shifted)).get_trace(*args, **kwargs)
-        m2 = jnp.concatenate([_gaussian_prior(tr[n])[0] for n in ellipse.names])
-        c2 = jax.scipy.linalg.block_diag(*[_gaussian_prior(tr[n])[1] for n in ellipse.names])
+        m2, c2 = _joint_prior(tr, ellipse.names)
         if not (np.allclose(m2, mean) and np.allclose(c2, cov)):
             raise ValueError(
                 "prior='model' needs a Gaussian prior whose mean and covariance do not depend on "
