@@ -36,6 +36,7 @@ __all__ = [
     "initial_state",
     "default_tol",
     "newton_minimize",
+    "trial_newton_minimize",
     "lbfgs_minimize",
     "value_grad_hessian",
     "evaluate",
@@ -163,6 +164,55 @@ def newton_minimize(fn: Callable, state: OptimState, tol: float, max_iter) -> Op
         )
 
     return lax.while_loop(cond, body, state)
+
+
+def trial_newton_minimize(fn: Callable, x0, tol: float, max_iter) -> OptimState:
+    """Damped Newton from ``x0`` whose line search reuses the Newton evaluation.
+
+    Each iteration evaluates value, gradient and Hessian at a trial point ``x + t step``:
+    accepted on Armijo decrease (the next Newton step is then computed from it), else
+    ``t`` is halved. The compiled program holds one copy of ``fn`` (``newton_minimize``
+    holds two, the line search's and the Hessian's): about half the tracing and XLA
+    compilation, at the price of a full evaluation per rejected trial, which warm starts
+    rarely need. ``max_iter`` counts evaluations. On return the state is ``fresh``: its
+    gradient and Hessian belong to ``x``. Convergence as in :func:`newton_minimize`.
+    """
+    d = x0.shape[-1]
+    inf = jnp.asarray(jnp.inf, x0.dtype)
+    zero = jnp.zeros_like(x0)
+    init = (initial_state(x0)._replace(fresh=jnp.asarray(True)), zero, jnp.ones((), x0.dtype))
+
+    def cond(carry):
+        s = carry[0]
+        return (~s.converged) & (~s.stalled) & (s.num_iter < max_iter)
+
+    def body(carry):
+        s, step, t = carry
+        trial = s.x + t * step
+        value, grad, hess = value_grad_hessian(fn, trial)
+        slope = jnp.dot(s.grad, step)
+        accept = jnp.isfinite(value) & ((s.value == inf) | (value <= s.value + 1e-4 * t * slope))
+        hess = 0.5 * (hess + hess.T)
+        eigval, eigvec = jnp.linalg.eigh(hess)
+        new_step, decrement = _saddle_free_step(grad, eigval, eigvec)
+        rounding = jnp.finfo(x0.dtype).eps * jnp.maximum(1.0, jnp.abs(value))
+        at_tol = (decrement <= tol) | (0.5 * decrement**2 <= rounding)
+        # a rejected trial on a step this small has hit the noise of fn: converged there
+        old_rounding = jnp.finfo(x0.dtype).eps * jnp.maximum(1.0, jnp.abs(s.value))
+        at_noise_floor = (~accept) & (0.5 * s.decrement**2 <= 1e4 * old_rounding)
+        accepted = s._replace(
+            x=trial, value=value, grad=grad, hess=hess, eigenvalues=eigval, eigenvectors=eigvec,
+            grad_norm=jnp.max(jnp.abs(grad)), decrement=decrement, converged=at_tol,
+        )
+        rejected = s._replace(converged=at_noise_floor, stalled=(~at_noise_floor) & (t < 2.0**-40))
+        s = jax.tree.map(lambda a, r: jnp.where(accept, a, r), accepted, rejected)
+        s = s._replace(num_iter=s.num_iter + 1)
+        step = jnp.where(accept, new_step, step)
+        t = jnp.where(accept, 1.0, 0.5 * t).astype(t.dtype)
+        return s, step, t
+
+    state, _, _ = lax.while_loop(cond, body, init)
+    return state._replace(stalled=state.stalled & ~state.converged)
 
 
 def lbfgs_minimize(fn: Callable, state: OptimState, gtol: float, max_iter: int) -> OptimState:

@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
+from jax import lax
 from numpyro import handlers
 from numpyro.diagnostics import print_summary as _print_summary
 from numpyro.distributions.transforms import AffineTransform, ComposeTransform, IndependentTransform
@@ -59,7 +60,21 @@ from .laplace import (
 )
 from .inference_data import to_inference_data
 from .marginals import is_elementwise, matched_params
-from .nested import NestedDesign, _quantile_sites, conditional_fit, explore, grid, mixture_moments
+from .nested import (
+    MAX_CCD_DIM,
+    NestedDesign,
+    NonFiniteStart,
+    ccd_points,
+    conditional_fit,
+    explore,
+    mean_shift,
+    integrate,
+    mixture_moments,
+    point_params,
+    quantile_sites,
+    site_values,
+    x_positions,
+)
 from .nested import draw as nested_draw
 from .random import host_generator, standard_normal
 from .refine import REFINE_METHODS, Refinement, gaussian_from_cov, refine_gaussian
@@ -336,6 +351,7 @@ class LaplaceMatching:
             if name not in family_names():
                 get_family(name)  # raises with the list of families
         self._compiled = {}
+        self._compiled_fit: Optional[_Compiled] = None
         self._fit: Optional[_Fit] = None
         self._posterior, self._dependent_sites, self._mode_sites = None, None, None
         self._draws, self._psis = {}, {}
@@ -492,8 +508,12 @@ class LaplaceMatching:
         # Iterations per compiled call: the progress bar can only move between calls.
         chunk = min(self.max_iter, 25 if compiled.layout.size <= 500 else 5)
         at_origin = self.init_strategy is None and init_params is None
-        # nested Laplace draws from its own mixture: the joint fit needs no draws of its own
-        n = 1 if self.hyper is not None else self.num_samples
+        self._design, self._nested_log_q = None, {}
+        if self.hyper is not None:
+            self._fit = self._nested(compiled, rng_key, dynamic, at_origin)
+            self._check(self._fit)
+            return self
+        n = self.num_samples
         fit = compiled.fit(rng_key, dynamic, chunk, n, at_origin)
         if at_origin and not bool(fit.finite.value):
             # the basis origin lies outside the density's support (e.g. the sqrt basis)
@@ -506,10 +526,6 @@ class LaplaceMatching:
             fit = compiled.finish(state, fit.sample_key, dynamic, n)
         self._fit = fit
         self._check(fit)
-        self._design, self._nested_log_q = None, {}
-        if self.hyper is not None:
-            self._fit = self._nested(fit)
-            self._check(self._fit)
         return self
 
     def _needs_more(self, state) -> bool:
@@ -597,9 +613,8 @@ class LaplaceMatching:
             if unknown:
                 raise ValueError(f"hyper names {unknown}, which are not latent sites; the latent sites are {names}")
             return list(self.hyper)
-        trace = self._mode_trace()
-        chosen = [s.name for s in layout.sites if not trace[s.name]["cond_indep_stack"] and s.size <= 2]
-        plated = any(trace[s.name]["cond_indep_stack"] for s in layout.sites)
+        chosen = [s.name for s in layout.sites if not s.plates and s.size <= 2]
+        plated = any(s.plates for s in layout.sites)
         size = sum(layout.site(n).size for n in chosen)
         if not plated or not chosen or size > 3:
             raise ValueError(
@@ -617,8 +632,8 @@ class LaplaceMatching:
 
         return self._jitted("constrain", fn)(flat)
 
-    def _nested(self, fit: _Fit) -> _Fit:
-        """The joint fit replaced by the nested Laplace mixture (:mod:`numpyro_lm.nested`)."""
+    def _nested(self, compiled: _Compiled, rng_key, dynamic, at_origin: bool) -> _Fit:
+        """The nested Laplace fit (:mod:`numpyro_lm.nested`); no joint fit is made."""
         layout, model, choice = self._layout, self.model, self._choice
         hyper = set(self._hyper_sites())
         coords = {s.name: np.arange(s.offset, s.offset + s.size) for s in layout.sites}
@@ -626,76 +641,120 @@ class LaplaceMatching:
         x_index = np.concatenate([coords[s.name] for s in layout.sites if s.name not in hyper] or [np.zeros(0, int)])
         if x_index.size == 0:
             raise ValueError("hyper= names every latent site: nothing is left for the conditional Laplace step")
-        grid(theta_index.size)  # refuses more than three coordinates
-        dtype, size, max_iter = fit.gaussian.mean.dtype, layout.size, self.max_iter
+        if theta_index.size > MAX_CCD_DIM:
+            ccd_points(theta_index.size)  # refuses, naming the limit
+        dtype, size, max_iter = jnp.result_type(float), layout.size, self.max_iter
         tol = default_tol(dtype) if self.tol is None else self.tol
 
-        def marginal(thetas, x0, args, kwargs):
-            def neg(flat):
-                return -potential(model, layout, choice, flat, args, kwargs)
+        # conditional means (mean_shift) for the coordinates drawn from their conditional
+        # Gaussians; those of quantile sites follow each point's matched family instead
+        gaussian_cols = np.ones(x_index.size, bool)
+        for site, _ in quantile_sites(layout, theta_index):
+            gaussian_cols[x_positions(layout, theta_index)[site.name]] = False
 
-            return jax.vmap(lambda t: conditional_fit(neg, t, x0, theta_index, x_index, size, tol, max_iter))(thetas)
+        def inner(thetas, x0s, with_shift, args, kwargs):
+            def neg(theta, x):
+                return -potential(model, layout, choice, site_values(layout, theta_index, theta, x), args, kwargs)
 
-        compiled = self._jitted("nested_marginal", marginal, optimize=True)
+            fits = jax.vmap(lambda t, x0: conditional_fit(neg, t, x0, tol, max_iter))(thetas, x0s)
+            shift = jnp.zeros_like(fits.x)
+            if np.any(gaussian_cols):  # only the design's points need it (not the mode search's)
+                shift = lax.cond(
+                    with_shift,
+                    lambda: jnp.where(gaussian_cols, jax.vmap(partial(mean_shift, neg))(thetas, fits.x, fits.cov), 0.0),
+                    lambda: shift,
+                )
+            return fits._replace(params=point_params(layout, theta_index, fits.x, fits.cov), shift=shift)
 
-        def marginal(thetas, x0, batch=16):
+        inner = self._jitted("nested_marginal", inner, optimize=True)
+        bar = tqdm(desc="nested Laplace inner fits", unit="fit", disable=not self.progress_bar, delay=2.0)
+
+        def batched(fn, *arrays, batch=8):
             # fixed-size batches: one compilation serves the stencil, the line search and the
-            # grid; padding and gathering on the host (eager JAX slicing costs more than the fit)
-            thetas = np.asarray(thetas)
-            n = thetas.shape[0]
-            padded = np.concatenate([thetas, np.broadcast_to(thetas[:1], (-n % batch,) + thetas.shape[1:])])
-            parts = jax.device_get([compiled(padded[i : i + batch], x0) for i in range(0, padded.shape[0], batch)])
-            return tuple(np.concatenate([p[j] for p in parts])[:n] for j in range(3))
+            # design; padding and gathering on the host (eager JAX slicing costs more than the fit)
+            n, pad = len(arrays[0]), -len(arrays[0]) % batch
+            arrays = [np.asarray(a, dtype) for a in arrays]
+            arrays = [np.concatenate([a, np.broadcast_to(a[:1], (pad,) + a.shape[1:])]) for a in arrays]
+            parts = jax.device_get([fn(*(a[i : i + batch] for a in arrays)) for i in range(0, n + pad, batch)])
+            return jax.tree.map(lambda *a: np.concatenate(a)[:n], *parts)
 
-        mean = np.asarray(fit.gaussian.mean, np.float64)
-        mode, precision, x_mode, outer_iter = explore(marginal, mean[theta_index], jnp.asarray(mean[x_index], dtype))
-        eigval, eigvec = np.linalg.eigh(precision)
-        scale = eigvec / np.sqrt(eigval)
-        for widen in (1.0, 1.5, 2.0, 3.0):  # until the grid's edge holds no mass
-            step, z, edge = grid(theta_index.size, widen)
-            thetas = mode + z @ scale.T
-            logp, xs, covs = (np.asarray(a, np.float64) for a in marginal(np.asarray(thetas, dtype), x_mode))
-            ok = np.isfinite(logp) & np.all(np.isfinite(covs), axis=(1, 2))
-            logp = np.where(ok, logp, -np.inf)
-            log_w = logp - (np.max(logp) + np.log(np.sum(np.exp(logp - np.max(logp)))))
-            if np.sum(np.exp(log_w[edge])) <= 1e-3:
-                break
-        keep = log_w > np.log(1e-12)  # points that carry no mass
-        w = np.exp(log_w)
-        design = NestedDesign(
-            theta_index=theta_index, x_index=x_index, mode=mode, scale=scale, step=step, z=z[keep],
-            theta=thetas[keep], log_weights=log_w[keep] - np.log(np.sum(w[keep])), x_mode=xs[keep],
-            x_cov=covs[keep], edge_mass=float(np.sum(w[edge])), num_outer_iter=outer_iter,
-        )
+        def marginal(thetas, x0s, with_shift=False):
+            bar.update(len(thetas))
+            flag = np.asarray(with_shift)
+            return batched(lambda t, x: inner(t, x, flag), thetas, x0s)
+
+        with bar:
+            start = np.zeros(size) if at_origin else self._start_point(rng_key)
+            try:
+                search = explore(marginal, start[theta_index], start[x_index])
+            except NonFiniteStart:
+                if not at_origin:
+                    raise
+                # the basis origin lies outside the density's support (e.g. the sqrt basis)
+                start = self._start_point(rng_key)
+                search = explore(marginal, start[theta_index], start[x_index])
+            design = integrate(marginal, search, theta_index, x_index)
         if design.edge_mass > 1e-3:
             warnings.warn(
                 f"nested Laplace: {design.edge_mass:.1%} of the hyperparameters' mass lies on the edge "
-                "of the integration grid; the marginal is wider or more skewed than its curvature "
-                "at the mode suggests, and the tail beyond the grid is missing.",
+                "of the integration design; the marginal reaches beyond the lattice's extent or inner "
+                "fits failed there, and the tail beyond it is missing.",
                 stacklevel=3,
             )
         self._design = design
-        samples, flat = self._nested_draws(fit.sample_key, self.num_samples)
+        samples, flat = self._nested_draws(rng_key, self.num_samples)
         # the mixture's mean and covariance in the basis: the Gaussian-mixture moments for
         # sites drawn from their conditional Gaussians, the draws' moments where the draws
-        # went through each grid point's matched family
+        # went through each design point's matched family
         mean_all, cov_all = mixture_moments(design, size)
         draws = np.asarray(flat, np.float64)
         mapped = np.zeros(size, bool)
-        for site, _ in _quantile_sites(layout, theta_index):
+        for site, _ in quantile_sites(layout, theta_index):
             mapped[site.offset : site.offset + site.size] = True
         mean_all[mapped] = draws[:, mapped].mean(0)
         cov_draws = np.cov(draws.T).reshape(size, size)
         cov_all[mapped, :] = cov_draws[mapped, :]
         cov_all[:, mapped] = cov_draws[:, mapped]
-        gaussian = gaussian_from_cov(jnp.asarray(mean_all, dtype), jnp.asarray(cov_all, dtype))
-        params = matched_params(layout, gaussian.mean, gaussian.cov)
-        finite = _Finite(
-            value=fit.finite.value,
-            cov=jnp.all(jnp.isfinite(gaussian.cov)),
-            params={k: jnp.all(jnp.array([jnp.all(jnp.isfinite(v)) for v in p.values()])) for k, p in params.items()},
+
+        def match(mean, cov, args, kwargs):
+            gaussian = gaussian_from_cov(mean, cov)
+            params = matched_params(layout, gaussian.mean, gaussian.cov)
+            finite = _Finite(
+                value=jnp.asarray(True),
+                cov=jnp.all(jnp.isfinite(gaussian.cov)),
+                params={k: jnp.all(jnp.array([jnp.all(jnp.isfinite(v)) for v in p.values()])) for k, p in params.items()},
+            )
+            return gaussian, params, finite
+
+        gaussian, params, finite = self._jitted("nested_match", match)(
+            jnp.asarray(mean_all, dtype), jnp.asarray(cov_all, dtype)
         )
-        return fit._replace(gaussian=gaussian, params=params, samples=samples, flat=flat, finite=finite)
+        mode = np.zeros(size)
+        mode[theta_index], mode[x_index] = search.theta, search.x
+        # the mode search reported is the hyperparameters' (outer) one
+        state = initial_state(jnp.asarray(mode, dtype))._replace(
+            value=jnp.asarray(-search.log_density, dtype),
+            grad_norm=jnp.asarray(search.grad_norm, dtype),
+            decrement=jnp.asarray(search.decrement, dtype),
+            num_iter=jnp.asarray(search.num_iter),
+            converged=jnp.asarray(True),
+            fresh=jnp.asarray(True),
+        )
+        return _Fit(state=state, sample_key=rng_key, gaussian=gaussian, params=params, samples=samples, flat=flat,
+                    finite=finite, refinement=None)
+
+    def _start_point(self, rng_key) -> np.ndarray:
+        """Basis coordinates of the init strategy's point (``init_params`` if given)."""
+        compiled = self._compiled_fit
+        if "start" not in compiled.extra:
+            model, layout, choice = self.model, self._layout, self._choice
+
+            def start(rng_key, dynamic):
+                args, kwargs, init_params = compiled.inputs(dynamic)
+                return init_values(model, layout, choice, self._strategy(init_params), rng_key, args, kwargs)
+
+            compiled.extra["start"] = jax.jit(start, compiler_options=self.compiler_options)
+        return np.asarray(compiled.extra["start"](rng_key, self._dynamic), np.float64)
 
     def _nested_draws(self, key, num_samples: int):
         flat, log_q = nested_draw(host_generator(key, stream=num_samples), self._design, self._layout, num_samples)
@@ -736,7 +795,7 @@ class LaplaceMatching:
             _, flat = self._draws_of(n)
             if self._design is not None:  # the mixture's own density (numpyro_lm.nested.draw)
                 log_p = np.asarray(self._log_densities(flat))
-                log_q = self._nested_log_q[n].astype(log_p.dtype)
+                log_q = self._nested_log_q[n]().astype(log_p.dtype)
             else:
                 log_p, log_q = jax.device_get(
                     self._compiled_fit.weigh(fit.sample_key, fit.gaussian, fit.params, flat, self._dynamic)
@@ -819,8 +878,9 @@ class LaplaceMatching:
         ``optimize=True`` compiles with XLA's default optimisations instead of
         ``compiler_options`` (slower to compile, faster to run).
         """
-        self._require_fit()
         compiled = self._compiled_fit
+        if compiled is None:
+            raise RuntimeError("call run() first")
         if name not in compiled.extra:
             inputs = compiled.inputs
 
@@ -962,9 +1022,11 @@ class LaplaceMatching:
             return {"hyper": None}
         return {
             "hyper": self._hyper_sites(),
+            "nested_design": d.kind,
             "nested_design_points": int(d.theta.shape[0]),
             "nested_edge_mass": d.edge_mass,
             "nested_outer_iter": d.num_outer_iter,
+            "nested_inner_fits": d.num_evaluations,
         }
 
     def _refine_diagnostics(self) -> dict:

@@ -12,70 +12,205 @@ with :math:`x^*(\theta)` the conditional mode (inner Newton, warm-started) and
 :math:`H(\theta)` the negative Hessian in :math:`x` there, is the Laplace approximation of
 the hyperparameters' marginal posterior. We find its mode :math:`\theta^*` and curvature
 (Newton with central differences on a stencil of 0.2 posterior SDs, evaluated in one
-vectorised call), standardise :math:`\theta = \theta^* + V\Lambda^{-1/2} z`, and integrate
-on a regular grid in ``z`` (step 0.5 over [-6, 6] in 1-D, 0.75 over [-4.5, 4.5] in 2-D,
-1 over [-4, 4] in 3-D), each point weighted by :math:`\tilde p(\theta_k \mid y)` (a
-regular grid: equal volumes). Where more than 0.1% of the weight sits on the grid's outer
-layer (skewed marginals: a scale's log has a heavy tail towards zero) the grid is widened
-1.5, 2 and 3 times before a warning is given. More than three hyperparameters are refused.
+vectorised call), standardise :math:`\theta = \theta^* + V\Lambda^{-1/2} z`, and integrate:
 
-The posterior is the mixture :math:`\sum_k w_k\, U(\text{cell}_k)(\theta)\,
-N(x; x^*_k, H_k^{-1})`: draws pick a grid cell by weight, a :math:`\theta` uniformly
-inside it, and :math:`x` from that cell's conditional Gaussian. The matched family of
-each site comes from the mixture's first two moments in the LM basis (mean and
-covariance, within-cell spread of :math:`\theta` included): the Gaussian with those moments
-is mapped by Laplace Matching.
+* **up to three coordinates, a lattice** in ``z`` (step 0.5 in 1-D, 0.75 in 2-D, 1 in
+  3-D) explored outwards from the mode, as INLA's grid strategy does: the neighbours of a
+  point are evaluated while the point's log density is within ``drop`` (8, 9, 10.5) of the
+  mode's, so skewed marginals (a scale's log has a heavy tail towards zero) get the
+  extent they need on each side, each inner fit warm-started from its neighbour's
+  conditional mode. Equal cell volumes: weights :math:`\propto \tilde p(\theta_k \mid y)`.
+  The *edge* is the set of points with a neighbour left out of the design; its share of
+  the weight is small by construction (below 1e-3 for a Gaussian marginal) unless the
+  lattice hit its extent (10 standardised units) or inner fits failed;
+* **four to ten coordinates, a central composite design** (INLA's CCD): the centre,
+  ``2d`` star points and the points of a two-level (full for four, half fraction beyond,
+  resolution at least V) factorial, all at radius :math:`f_0\sqrt d`, :math:`f_0 = 1.1`,
+  with the weights that integrate a standard Gaussian's mass and variance exactly
+  (centre :math:`1 - f_0^{-2}`, the others :math:`f_0^{-2} e^{r^2/2} / K` relative to
+  :math:`\phi(z)`), times :math:`\tilde p(\theta_k\mid y)/\phi(z_k)`.
+
+Draws. On a lattice the posterior is the mixture :math:`\sum_k w_k\,
+U(\text{cell}_k)(\theta)\, N(x; x^*_k, H_k^{-1})`: a cell by weight, :math:`\theta` uniform
+inside it, :math:`x` from that cell's conditional Gaussian. For a CCD, :math:`z` is drawn
+from a split normal along each standardised axis (scales :math:`\sigma^\pm_i` from the
+star points' log density drop, :math:`\sigma = r/\sqrt{2\,\text{drop}}`, INLA's skewness
+correction) and :math:`x` from the conditional Gaussian of the nearest design point.
+Coordinates of sites matched one by one (Gamma, Beta...) are mapped from their
+conditional Gaussian through that point's matched family with the Gaussian copula, so a
+conjugate conditional (a Beta given the hyperparameters) is drawn exactly; coordinates
+the conditional precision couples to nothing are drawn from the family directly. The
+draws' density is exact, so PSIS applies.
+
+The matched family of each site comes from the design's moments in the LM basis: the
+first two moments of the mixture (conditional means and covariances weighted by the
+design weights, plus the within-cell spread of :math:`\theta` on a lattice), replaced by
+the draws' moments for sites drawn through per-point matched families.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+from functools import partial
 from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.scipy.special import ndtr
 
-from .laplace import evaluate, initial_state, newton_minimize
+from .families.base import basis_log_prob
+from .laplace import trial_newton_minimize
 
-__all__ = ["NestedDesign", "GRIDS", "conditional_fit", "explore", "mixture_moments"]
+__all__ = [
+    "NonFiniteStart", "ModeSearch", "NestedDesign", "LATTICE", "CCD_F0", "MAX_CCD_DIM", "site_values", "conditional_fit", "mean_shift", "explore", "lattice", "ccd_points",
+    "integrate", "mixture_moments", "draw",
+]
 
-# (step, half-width) of the integration grid in standardised units, by dimension
-GRIDS = {1: (0.5, 6.0), 2: (0.75, 4.5), 3: (1.0, 4.0)}
+# (step, log-density drop) of the lattice in standardised units, by dimension
+LATTICE = {1: (0.5, 8.0), 2: (0.75, 9.0), 3: (1.0, 10.5)}
+MAX_HALF = 10.0  # the lattice's extent, standardised units from the mode
+CCD_F0 = 1.1
+MAX_CCD_DIM = 10
+
+
+class NonFiniteStart(ValueError):
+    """The Laplace marginal of the hyperparameters is not finite where the search starts."""
+
+
+class ModeSearch(NamedTuple):
+    """The mode of the hyperparameters' Laplace marginal and how it was found."""
+
+    theta: np.ndarray  # theta*, basis coordinates
+    precision: np.ndarray  # negative Hessian of log p~ there (central differences)
+    x: np.ndarray  # x*(theta*)
+    log_density: float  # log p~(theta* | y) + const
+    decrement: float  # last Newton step, posterior SDs
+    grad_norm: float  # max |gradient| there
+    num_iter: int
+    num_evaluations: int  # inner Laplace fits
 
 
 class NestedDesign(NamedTuple):
     """The integration design over the hyperparameters and the conditionals at its points."""
 
+    kind: str  # "lattice" or "ccd"
     theta_index: np.ndarray  # flat coordinates of the hyperparameters
     x_index: np.ndarray  # flat coordinates of the other latents
     mode: np.ndarray  # theta*, basis coordinates
     scale: np.ndarray  # V Lambda^-1/2: theta = mode + scale @ z
-    step: float
+    step: float  # lattice step (0 for a CCD)
+    sigma: np.ndarray  # (d, 2) split-normal scales (minus, plus) of a CCD's draws (ones on a lattice)
     z: np.ndarray  # (K, d) standardised design points
     theta: np.ndarray  # (K, d)
     log_weights: np.ndarray  # (K,) normalised
     x_mode: np.ndarray  # (K, Dx) conditional modes
+    x_mean: np.ndarray  # (K, Dx) conditional means: the modes moved by mean_shift
     x_cov: np.ndarray  # (K, Dx, Dx) conditional covariances
-    edge_mass: float  # weight of the grid's outer layer
+    point_params: dict  # {site: matched family params (K, ...)} of the quantile sites' conditionals
+    uncoupled: np.ndarray  # (Dx,) coordinates with no conditional precision to any other
+    edge_mass: float  # weight of the design's edge (lattice)
     num_outer_iter: int
+    num_evaluations: int  # inner Laplace fits, the mode search's included
 
 
-def conditional_fit(neg_log_density: Callable, theta, x0, theta_index, x_index, size: int, tol: float, max_iter: int):
-    """Inner Laplace at ``theta``: ``(log p~(theta | y), x*, cov of x | theta)``."""
+class PointFits(NamedTuple):
+    """The inner Laplace fits at K points (what the vectorised marginal returns)."""
 
-    def fn(x):
-        flat = jnp.zeros(size, x.dtype).at[theta_index].set(theta).at[x_index].set(x)
-        return neg_log_density(flat)
+    log_density: np.ndarray  # (K,) log p~(theta_k | y) + const
+    x: np.ndarray  # (K, Dx) conditional modes
+    cov: np.ndarray  # (K, Dx, Dx)
+    precision: np.ndarray  # (K, Dx, Dx)
+    params: dict  # {site: matched params (K, ...)} of the quantile sites, see point_params
+    shift: np.ndarray  # (K, Dx) conditional mean - mode (mean_shift), zero where not computed
 
-    state = newton_minimize(fn, initial_state(x0), tol, max_iter)
-    state = evaluate(fn, state)
+
+def site_values(layout, theta_index, theta, x) -> dict:
+    """``{site: basis coordinates}`` with the hyperparameters' sites from ``theta`` and the
+    others from ``x`` (each in layout order): ``theta`` stays outside differentiation in ``x``."""
+    hyper = set(int(i) for i in theta_index)
+    out, at = {}, {True: 0, False: 0}
+    for site in layout.sites:
+        is_hyper = site.offset in hyper
+        source, start = (theta if is_hyper else x), at[is_hyper]
+        out[site.name] = source[start : start + site.size].reshape(site.basis_shape)
+        at[is_hyper] += site.size
+    return out
+
+
+def conditional_fit(neg_log_density: Callable, theta, x0, tol: float, max_iter: int):
+    """Inner Laplace at ``theta``: :class:`PointFits` (``params`` and ``shift`` left empty).
+
+    ``neg_log_density(theta, x)``. The Newton check that certifies convergence already
+    evaluated the Hessian at ``x*`` (:func:`~numpyro_lm.laplace.trial_newton_minimize`:
+    one copy of the model in the compiled program). Points whose inner fit did not
+    converge get ``log p~ = -inf`` (no weight).
+    """
+    state = trial_newton_minimize(lambda x: neg_log_density(theta, x), x0, tol, max_iter)
     eigval, eigvec = state.eigenvalues, state.eigenvectors
-    positive = jnp.all(eigval > 0)
-    log_marginal = -state.value - 0.5 * jnp.sum(jnp.log(jnp.where(positive, eigval, 1.0)))
-    log_marginal = jnp.where(positive & jnp.isfinite(log_marginal), log_marginal, -jnp.inf)
-    cov = (eigvec / jnp.where(positive, eigval, jnp.nan)) @ eigvec.T
-    return log_marginal, state.x, cov
+    ok = jnp.all(eigval > 0) & state.converged & state.fresh
+    log_marginal = -state.value - 0.5 * jnp.sum(jnp.log(jnp.where(ok, eigval, 1.0)))
+    log_marginal = jnp.where(ok & jnp.isfinite(log_marginal), log_marginal, -jnp.inf)
+    cov = (eigvec / jnp.where(ok, eigval, jnp.nan)) @ eigvec.T
+    return PointFits(log_marginal, state.x, cov, state.hess, {}, jnp.zeros_like(state.x))
+
+
+def point_params(layout, theta_index, x, cov) -> dict:
+    """Matched family params of each quantile site's conditional marginals (per point)."""
+    positions = x_positions(layout, theta_index)
+    var = jnp.diagonal(cov, axis1=-2, axis2=-1)
+    out = {}
+    for site, family in quantile_sites(layout, theta_index):
+        cols = positions[site.name]
+        lead = x.shape[:-1]
+        out[site.name] = family.from_gaussian(
+            x[..., cols].reshape(lead + site.basis_shape), var[..., cols].reshape(lead + site.basis_shape)
+        )
+    return out
+
+
+def x_positions(layout, theta_index) -> dict:
+    """``{site: its columns in x}`` for the sites outside the hyperparameters."""
+    hyper = set(int(i) for i in theta_index)
+    out, at = {}, 0
+    for site in layout.sites:
+        if site.offset not in hyper:
+            out[site.name] = np.arange(at, at + site.size)
+            at += site.size
+    return out
+
+
+def mean_shift(neg_log_density: Callable, theta, x, cov):
+    r"""Move the conditional mode towards the conditional mean (skewed conditionals).
+
+    The Gaussian :math:`q = N(m, \Sigma)` closest in KL to the conditional satisfies
+    :math:`E_q[\nabla f] = 0` (Stein), :math:`f` the negative log density in ``x``. One
+    Newton step from the mode with the Laplace covariance, the expectation by sigma points
+    :math:`x^* \pm \sqrt{\lambda_i} u_i` along the covariance's principal axes,
+
+    .. math:: \delta = -\Sigma\Big(\nabla f(x^*) + \tfrac12 \sum_i
+              \big[\nabla f(x^* + \sqrt{\lambda_i} u_i) + \nabla f(x^* - \sqrt{\lambda_i} u_i)
+              - 2\nabla f(x^*)\big]\Big)
+              \approx -\tfrac12 \Sigma\, \nabla_x \log\det H(x^*),
+
+    a mean correction in the spirit of the simplified Laplace approximation (Rue et al.
+    2009, sec. 3.2.3), its third derivatives by differences of gradients. Capped at one conditional
+    SD per coordinate; zero where a gradient is not finite. ``2 Dx + 1`` gradients.
+    """
+    eigval, eigvec = jnp.linalg.eigh(cov)
+    axes = (eigvec * jnp.sqrt(jnp.maximum(eigval, 0.0))).T
+    points = jnp.concatenate([x + axes, x - axes, x[None]])
+    grads = jax.vmap(jax.grad(lambda y: neg_log_density(theta, y)))(points)
+    n = x.shape[-1]
+    g0 = grads[2 * n]
+    expected = g0 + 0.5 * jnp.sum(grads[:n] + grads[n : 2 * n] - 2 * g0, axis=0)
+    sd = jnp.sqrt(jnp.diagonal(cov))
+    shift = jnp.clip(-cov @ expected, -sd, sd)
+    return jnp.where(jnp.all(jnp.isfinite(shift)), shift, 0.0)
+
+
+# ------------------------------------------------------------------ the mode
 
 
 def _stencil(d: int) -> np.ndarray:
@@ -114,23 +249,34 @@ def _derivatives(values: np.ndarray, h: np.ndarray, d: int):
 
 
 def explore(marginal: Callable, theta0, x0, max_iter: int = 50, tol: float = 1e-3):
-    """Mode and curvature of ``log p~(theta)``; ``marginal(thetas (K, d), x0) -> (logp, x, cov)``.
+    """Mode and curvature of ``log p~(theta)``.
+
+    ``marginal(thetas (K, d), x0s (K, Dx), with_shift=False) -> PointFits``.
 
     Newton ascent with central differences at 0.2 current posterior SDs (0.05 basis units
     at the start), backtracking over 8 step lengths evaluated in one call.
-    Returns ``(mode, precision, x at the mode, iterations)``.
+    Returns a :class:`ModeSearch`.
     """
     theta = np.asarray(theta0, np.float64)
     d = theta.size
     offsets = _stencil(d)
     h = np.full(d, 0.05)
-    x_ref = x0
+    x_ref = np.asarray(x0)
+    evaluations = 0
+
+    def at(points):
+        nonlocal evaluations
+        evaluations += len(points)
+        logp, xs = marginal(points, np.broadcast_to(x_ref, (len(points),) + x_ref.shape))[:2]
+        return np.asarray(logp, np.float64), xs
+
     for it in range(1, max_iter + 1):
-        points = theta + offsets * h
-        logp, xs, _ = marginal(np.asarray(points, x0.dtype), x_ref)
-        logp = np.asarray(logp, np.float64)
+        logp, xs = at(theta + offsets * h)
         if not np.isfinite(logp[0]):
-            raise ValueError("the Laplace marginal of the hyperparameters is not finite at the start")
+            raise NonFiniteStart(
+                "the Laplace marginal of the hyperparameters is not finite at the start; pass "
+                "init_params= with values inside the model's support"
+            )
         x_ref = xs[0]
         grad, hess = _derivatives(logp, h, d)
         neg = -hess
@@ -140,18 +286,20 @@ def explore(marginal: Callable, theta0, x0, max_iter: int = 50, tol: float = 1e-
         step = eigvec @ ((eigvec.T @ grad) / eigval)
         decrement = float(np.sqrt(grad @ step))
         sd = np.sqrt(np.diag((eigvec / eigval) @ eigvec.T))
-        if decrement < tol and np.all(np.diagonal(neg) > 0):
-            return theta, (eigvec * eigval) @ eigvec.T if np.all(np.linalg.eigvalsh(neg) > 0) else neg, x_ref, it
+        def found():
+            return ModeSearch(theta, neg, x_ref, float(logp[0]), decrement, float(np.max(np.abs(grad))), it, evaluations)
+
+        if decrement < tol and np.all(np.linalg.eigvalsh(neg) > 0):
+            return found()
         h = np.clip(0.2 * sd, 1e-3, 0.5)
         lengths = 0.5 ** np.arange(8)
         candidates = theta + lengths[:, None] * step
-        cand_logp, cand_x, _ = marginal(np.asarray(candidates, x0.dtype), x_ref)
-        cand_logp = np.asarray(cand_logp, np.float64)
+        cand_logp, cand_x = at(candidates)
         best = int(np.argmax(np.where(np.isfinite(cand_logp), cand_logp, -np.inf)))
         if cand_logp[best] > logp[0]:
             theta, x_ref = candidates[best], cand_x[best]
-        elif decrement < 10 * tol:
-            return theta, neg, x_ref, it
+        elif decrement < 10 * tol and np.all(np.linalg.eigvalsh(neg) > 0):
+            return found()
         else:
             h = h / 2
     raise ValueError(
@@ -160,19 +308,126 @@ def explore(marginal: Callable, theta0, x0, max_iter: int = 50, tol: float = 1e-
     )
 
 
-def grid(d: int, widen: float = 1.0):
-    """``(step, z points (K, d), on-edge mask)`` of the regular design, ``widen`` times wider."""
-    if d not in GRIDS:
+# ------------------------------------------------------------------ designs
+
+
+def _neighbours(point):
+    d = len(point)
+    return [point[:a] + (point[a] + s,) + point[a + 1 :] for a, s in itertools.product(range(d), (-1, 1))]
+
+
+def lattice(marginal: Callable, mode, scale, x_mode):
+    """Explore the lattice outwards from the mode (module docstring).
+
+    Returns ``(step, z (K, d), PointFits of the K points, on-edge mask (K,))``.
+    """
+    d = mode.size
+    step, drop = LATTICE[d]
+    limit = int(round(MAX_HALF / step))
+    points, waves = [], []
+    wave, parents = [(0,) * d], [np.asarray(x_mode)]
+    top = -np.inf
+    while wave:
+        z = np.array(wave, np.float64) * step
+        fits = marginal(mode + z @ scale.T, np.stack(parents), True)
+        points += wave
+        waves.append(fits)
+        logp = np.asarray(fits.log_density, np.float64)
+        top = max(top, float(np.max(logp)))
+        seen = set(points)
+        following = {}
+        for i, point in enumerate(wave):
+            if not logp[i] >= top - drop:  # below the cut (or not finite): not expanded
+                continue
+            for n in _neighbours(point):
+                if max(abs(c) for c in n) <= limit and n not in seen and n not in following:
+                    following[n] = fits.x[i]  # warm start from this neighbour's x*
+        wave, parents = list(following), list(following.values())
+    fits = jax.tree.map(lambda *a: np.concatenate(a), *waves)
+    finite = {p for p, lp in zip(points, fits.log_density) if np.isfinite(lp)}
+    edge = np.array([any(n not in finite for n in _neighbours(p)) for p in points])
+    return step, np.array(points, np.float64) * step, fits, edge
+
+
+def _factorial(d: int) -> np.ndarray:
+    """Two-level design: full for ``d <= 4``, else the half fraction ``x_d = x_1 ... x_{d-1}``
+    (resolution ``d``, so main effects and two-factor interactions stay unconfounded)."""
+    if d <= 4:
+        return np.array(list(itertools.product((-1.0, 1.0), repeat=d)))
+    base = np.array(list(itertools.product((-1.0, 1.0), repeat=d - 1)))
+    return np.concatenate([base, np.prod(base, axis=1, keepdims=True)], axis=1)
+
+
+def ccd_points(d: int):
+    """``(z (K, d), log volume (K,))`` of the central composite design (module docstring)."""
+    if d > MAX_CCD_DIM:
         raise ValueError(
-            f"nested Laplace integrates over at most 3 hyperparameters (a grid); {d} were given. "
-            "Choose fewer hyper= sites."
+            f"nested Laplace integrates over at most {MAX_CCD_DIM} hyperparameter coordinates "
+            f"(a central composite design); {d} were given. Choose fewer hyper= sites."
         )
-    step, half = GRIDS[d]
-    half = step * round(widen * half / step)
-    axis = np.arange(-half, half + step / 2, step)
-    z = np.stack([g.ravel() for g in np.meshgrid(*([axis] * d), indexing="ij")], -1)
-    edge = np.any(np.isclose(np.abs(z), half), axis=1)
-    return step, z, edge
+    r = CCD_F0 * math.sqrt(d)
+    star = np.concatenate([np.eye(d), -np.eye(d)]) * r
+    outer = np.concatenate([star, CCD_F0 * _factorial(d)])
+    z = np.concatenate([np.zeros((1, d)), outer])
+    # relative to the standard normal density at the point: integrates N(0, I)'s mass and
+    # second moment exactly (centre 1 - 1/f0^2, the K others 1/f0^2 between them)
+    log_volume = np.full(len(z), 0.5 * r**2 - math.log(len(outer)) - 2 * math.log(CCD_F0))
+    log_volume[0] = math.log(1.0 - CCD_F0**-2)
+    return z, log_volume
+
+
+def _split_normal_scales(z, logp):
+    """``(d, 2)`` scales ``r / sqrt(2 drop)`` from the star points (minus, plus side)."""
+    d = z.shape[1]
+    r = CCD_F0 * math.sqrt(d)
+    sigma = np.ones((d, 2))
+    for i in range(d):
+        for side, row in ((0, 1 + d + i), (1, 1 + i)):
+            fall = logp[0] - logp[row]
+            if not fall > 0:
+                raise ValueError(
+                    "the hyperparameters' Laplace marginal does not fall off from its mode along "
+                    f"standardised axis {i} (log density drop {fall:.3g} at {r:.2f} SDs); the marginal "
+                    "may be multimodal or improper. Choose fewer hyper= sites or better priors."
+                )
+            # a support edge (drop = inf) still leaves a tenth of the Gaussian's spread
+            sigma[i, side] = float(np.clip(r / np.sqrt(2 * fall), 0.1, 10.0))
+    return sigma
+
+
+def integrate(marginal: Callable, search: ModeSearch, theta_index, x_index):
+    """The :class:`NestedDesign` around the mode of the hyperparameters' marginal."""
+    mode, x_mode = search.theta, search.x
+    d = mode.size
+    eigval, eigvec = np.linalg.eigh(search.precision)
+    scale = eigvec / np.sqrt(eigval)
+    sigma = np.ones((d, 2))
+    if d in LATTICE:
+        kind = "lattice"
+        step, z, fits, edge = lattice(marginal, mode, scale, x_mode)
+        log_w = np.asarray(fits.log_density, np.float64)
+    else:
+        kind, step = "ccd", 0.0
+        z, log_volume = ccd_points(d)
+        fits = marginal(mode + z @ scale.T, np.broadcast_to(np.asarray(x_mode), (len(z),) + np.shape(x_mode)), True)
+        logp = np.asarray(fits.log_density, np.float64)
+        sigma = _split_normal_scales(z, logp)
+        log_w = logp + log_volume + 0.5 * np.sum(z**2, 1)  # p~ / phi times the volume
+        edge = np.zeros(len(z), bool)
+    ok = np.isfinite(log_w) & np.all(np.isfinite(fits.cov), axis=(1, 2))
+    log_w = np.where(ok, log_w, -np.inf)
+    log_w = log_w - (np.max(log_w) + np.log(np.sum(np.exp(log_w - np.max(log_w)))))
+    w = np.exp(log_w)
+    keep = log_w > np.log(1e-12)  # points that carry no mass
+    kept = jax.tree.map(lambda a: np.asarray(a)[keep], fits)
+    off_diagonal = np.abs(kept.precision) * (1 - np.eye(kept.precision.shape[-1]))
+    return NestedDesign(
+        kind=kind, theta_index=theta_index, x_index=x_index, mode=mode, scale=scale, step=step, sigma=sigma,
+        z=z[keep], theta=mode + z[keep] @ scale.T, log_weights=log_w[keep] - np.log(np.sum(w[keep])),
+        x_mode=np.asarray(kept.x, np.float64), x_mean=np.asarray(kept.x + kept.shift, np.float64), x_cov=np.asarray(kept.cov, np.float64),
+        point_params=kept.params, uncoupled=np.all(off_diagonal == 0, axis=(0, 2)), edge_mass=float(np.sum(w[edge])),
+        num_outer_iter=search.num_iter, num_evaluations=search.num_evaluations + len(z),
+    )
 
 
 def mixture_moments(design: NestedDesign, size: int):
@@ -181,10 +436,10 @@ def mixture_moments(design: NestedDesign, size: int):
     ti, xi = design.theta_index, design.x_index
     mean = np.zeros(size)
     mean[ti] = w @ design.theta
-    mean[xi] = w @ design.x_mode
+    mean[xi] = w @ design.x_mean
     dt = design.theta - mean[ti]
-    dx = design.x_mode - mean[xi]
-    # theta is uniform inside its cell: add the within-cell covariance step^2/12 (in z)
+    dx = design.x_mean - mean[xi]
+    # on a lattice theta is uniform inside its cell: add the within-cell covariance step^2/12 (in z)
     cell = design.scale @ design.scale.T * design.step**2 / 12.0
     cov = np.zeros((size, size))
     cov[np.ix_(ti, ti)] = (dt * w[:, None]).T @ dt + cell
@@ -195,7 +450,10 @@ def mixture_moments(design: NestedDesign, size: int):
     return mean, 0.5 * (cov + cov.T)
 
 
-def _quantile_sites(layout, hyper_index):
+# ------------------------------------------------------------------ draws
+
+
+def quantile_sites(layout, hyper_index):
     """Sites outside the hyperparameters matched coordinate by coordinate (Gamma, Beta...)."""
     from .families import get_family
     from .marginals import is_elementwise
@@ -209,47 +467,84 @@ def _quantile_sites(layout, hyper_index):
     return out
 
 
+# per-family programs, compiled once per family and shapes (the family is static)
+@partial(jax.jit, static_argnums=0)
+def _quantile(family, params, s):
+    return family.basis_quantile(params, ndtr(s))
+
+
+@partial(jax.jit, static_argnums=0)
+def _log_prob(family, params, y):
+    return basis_log_prob(family, params, y)
+
+
+def _split_normal(rng, sigma, n):
+    """``(z (n, d), log density (n,))`` of independent split normals (scales ``sigma (d, 2)``)."""
+    e = rng.standard_normal((n, sigma.shape[0]))
+    s = np.where(e < 0, sigma[:, 0], sigma[:, 1])
+    z = e * s
+    log_density = np.sum(np.log(2.0 / (sigma[:, 0] + sigma[:, 1])) - 0.5 * math.log(2 * math.pi) - 0.5 * e**2, 1)
+    return z, log_density
+
+
 def draw(rng: np.random.Generator, design: NestedDesign, layout, num_samples: int):
-    """``(flat draws (n, D), log q (n,))`` from the mixture (module docstring).
+    """``(flat draws (n, D), log_q)`` from the design's mixture (module docstring).
 
-    Coordinates of sites matched elementwise (Gamma, Beta...) are mapped from their
-    conditional Gaussian through that grid point's matched family (the Gaussian copula of
-    :mod:`numpyro_lm.copula`, per point), so conjugate conditionals (a Beta given the
-    hyperparameters) are drawn exactly; other sites keep the conditional Gaussian.
+    ``log_q()`` computes the draws' log density (``(n,)``) when it is needed (the PSIS
+    diagnostics): drawing alone compiles and runs no family density.
     """
-    from jax.scipy.special import ndtr
-
-    from .families.base import basis_log_prob
-
-    size = layout.size
-    w = np.exp(design.log_weights)
-    k = rng.choice(w.size, size=num_samples, p=w / w.sum())
-    d = design.theta.shape[1]
-    u = rng.uniform(-0.5, 0.5, (num_samples, d)) * design.step
-    theta = design.theta[k] + u @ design.scale.T
+    size, d = layout.size, design.theta.shape[1]
+    if design.kind == "lattice":
+        w = np.exp(design.log_weights)
+        k = rng.choice(w.size, size=num_samples, p=w / w.sum())
+        u = rng.uniform(-0.5, 0.5, (num_samples, d)) * design.step
+        theta = design.theta[k] + u @ design.scale.T
+        log_cell = d * math.log(design.step) + np.linalg.slogdet(design.scale)[1]
+        log_q = design.log_weights[k] - log_cell
+    else:
+        z, log_q = _split_normal(rng, design.sigma, num_samples)
+        theta = design.mode + z @ design.scale.T
+        log_q = log_q - np.linalg.slogdet(design.scale)[1]
+        # the conditional of the nearest design point
+        k = np.argmin(np.sum((z[:, None, :] - design.z[None]) ** 2, -1), axis=1)
     chol = np.linalg.cholesky(design.x_cov)
     eps = rng.standard_normal((num_samples, design.x_mode.shape[1]))
-    x = design.x_mode[k] + np.einsum("nij,nj->ni", chol[k], eps)
+    x = design.x_mean[k] + np.einsum("nij,nj->ni", chol[k], eps)
     flat = np.zeros((num_samples, size))
     flat[:, design.theta_index] = theta
     flat[:, design.x_index] = x
-    log_cell = d * math.log(design.step) + np.linalg.slogdet(design.scale)[1]
     log_det = np.sum(np.log(np.diagonal(chol, axis1=1, axis2=2)), axis=1)
-    log_q = design.log_weights[k] - log_cell
     log_q = log_q - 0.5 * np.sum(eps**2, 1) - log_det[k] - 0.5 * x.shape[1] * math.log(2 * math.pi)
-    position = {int(j): i for i, j in enumerate(design.x_index)}
+    positions = x_positions(layout, design.theta_index)
     var = np.diagonal(design.x_cov, axis1=1, axis2=2)
-    for site, family in _quantile_sites(layout, design.theta_index):
-        cols = np.array([position[j] for j in range(site.offset, site.offset + site.size)])
+    dtype = jnp.result_type(float)
+    mapped = []
+    for site, family in quantile_sites(layout, design.theta_index):
+        cols = positions[site.name]
         shape = (num_samples,) + site.basis_shape
-        mean_k = design.x_mode[:, cols].reshape((-1,) + site.basis_shape)
-        var_k = var[:, cols].reshape((-1,) + site.basis_shape)
-        params = {n: v[k] for n, v in family.from_gaussian(jnp.asarray(mean_k), jnp.asarray(var_k)).items()}
-        sd = np.sqrt(var_k[k])
-        s = (x[:, cols].reshape(shape) - mean_k[k]) / sd
-        y = np.asarray(family.basis_quantile(params, ndtr(jnp.asarray(s))), np.float64)
+        params = {n: np.asarray(v, np.float64)[k] for n, v in design.point_params[site.name].items()}
+        sd = np.sqrt(var[:, cols][k]).reshape(shape)
+        s = (x[:, cols].reshape(shape) - design.x_mean[:, cols][k].reshape(shape)) / sd
+        # coordinates coupled to no other (the independence copula) are drawn from the family
+        # itself where it has a host sampler; the others through its quantile function
+        alone = design.uncoupled[cols].reshape(site.basis_shape) & (family.host_sample is not None)
+        if np.all(alone):
+            y = family.host_sample(rng, params)
+        else:
+            y = np.asarray(_quantile(family, params, jnp.asarray(s, dtype)), np.float64)
+            if np.any(alone):
+                y = np.where(alone, family.host_sample(rng, params), y)
         flat[:, site.offset : site.offset + site.size] = y.reshape(num_samples, -1)
-        term = np.log(sd) + np.asarray(basis_log_prob(family, params, jnp.asarray(y)), np.float64)
-        term = term + 0.5 * s**2 + 0.5 * math.log(2 * math.pi)
-        log_q = log_q + term.reshape(num_samples, -1).sum(1)
-    return flat, log_q
+        mapped.append((family, params, y, sd, s))
+
+    def log_density():
+        # the copula density: each mapped coordinate's Gaussian marginal replaced by the
+        # family's (for uncoupled coordinates both terms are exact whatever s is)
+        out = log_q
+        for family, params, y, sd, s in mapped:
+            term = np.log(sd) + np.asarray(_log_prob(family, params, jnp.asarray(y, dtype)), np.float64)
+            term = term + 0.5 * s**2 + 0.5 * math.log(2 * math.pi)
+            out = out + term.reshape(num_samples, -1).sum(1)
+        return out
+
+    return flat, log_density

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["standard_normal", "log_gamma", "key_bits", "host_generator"]
+__all__ = ["standard_normal", "log_gamma", "host_log_gamma", "key_bits", "host_generator"]
 
 
 def key_bits(rng_key):
@@ -52,11 +52,15 @@ def log_gamma(rng_key, concentration, shape: tuple, stream: int = 0):
     dtype = jnp.result_type(concentration, float)
 
     def host(bits, alpha):
-        rng = _generator(bits, stream)
         alpha = np.broadcast_to(np.asarray(alpha, np.float64), shape)
-        out = np.log(rng.standard_gamma(alpha + 1.0)) + np.log(rng.random(shape)) / alpha
-        return out.astype(dtype)
+        return host_log_gamma(_generator(bits, stream), alpha).astype(dtype)
 
     return jax.pure_callback(
         host, jax.ShapeDtypeStruct(shape, dtype), key_bits(rng_key), concentration, vmap_method="sequential"
     )
+
+
+def host_log_gamma(rng: np.random.Generator, concentration) -> np.ndarray:
+    """NumPy twin of :func:`log_gamma`: ``log X``, ``X ~ Gamma(concentration, 1)`` (float64)."""
+    alpha = np.asarray(concentration, np.float64)
+    return np.log(rng.standard_gamma(alpha + 1.0)) + np.log(rng.random(alpha.shape)) / alpha

@@ -44,6 +44,7 @@ class SiteSpec(NamedTuple):
     prior: str  # class name of the prior distribution
     offset: int  # first index of the site in the flat vector
     size: int
+    plates: tuple = ()  # names of the plates the site sits in
 
 
 class Layout(NamedTuple):
@@ -144,12 +145,17 @@ def _basis_value(params, choice: SiteChoice, site):
 
 
 def _substituted(model, layout: Layout, choice: SiteChoice, flat):
-    params = unravel(layout, flat)
+    params = flat if isinstance(flat, dict) else unravel(layout, flat)
     return handlers.substitute(model, substitute_fn=partial(_basis_value, params, choice))
 
 
 def potential(model, layout, choice, flat, args, kwargs):
-    """log p(x(y), data) + log|det dx/dy| at the flat basis coordinates ``flat``."""
+    """log p(x(y), data) + log|det dx/dy| at the flat basis coordinates ``flat``.
+
+    ``flat`` may also be ``{site: basis coordinates}``: sites whose values do not depend
+    on what is differentiated then carry no derivative work (a flat vector built by
+    scattering makes every coordinate's tangent dense).
+    """
     log_joint, _ = log_density(_substituted(model, layout, choice, flat), args, kwargs, {})
     return log_joint
 
@@ -255,7 +261,8 @@ def trace_sites(model, args, kwargs, choice: SiteChoice, init_strategy, rng_key)
             t = _transform(choice, site)
             y = t.inv(site["value"])
             found.append((name, tuple(jnp.shape(site["value"])), basis.name, family.name,
-                          type(site["fn"]).__name__, t.domain.event_dim))
+                          type(site["fn"]).__name__, t.domain.event_dim,
+                          tuple(f.name for f in site["cond_indep_stack"])))
             out[name] = y
         return out
 
@@ -267,10 +274,10 @@ def trace_sites(model, args, kwargs, choice: SiteChoice, init_strategy, rng_key)
             f"model; its latent sites are {[f[0] for f in found]}."
         )
     sites, offset = [], 0
-    for name, shape, basis, family, prior, event_dim in found:
+    for name, shape, basis, family, prior, event_dim, plates in found:
         basis_shape = tuple(shapes[name].shape)
         size = math.prod(basis_shape)
-        sites.append(SiteSpec(name, shape, basis_shape, event_dim, basis, family, prior, offset, size))
+        sites.append(SiteSpec(name, shape, basis_shape, event_dim, basis, family, prior, offset, size, plates))
         offset += size
     if not sites:
         raise ValueError("the model has no latent sample sites: there is nothing to infer.")

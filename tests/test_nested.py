@@ -8,7 +8,7 @@ import pytest
 
 from hierarchical_models import MODELS
 from numpyro_lm import LaplaceMatching
-from numpyro_lm.nested import _derivatives, _stencil, grid
+from numpyro_lm.nested import _derivatives, _stencil, ccd_points
 
 pytestmark = pytest.mark.usefixtures("x64")
 DATA = os.path.join(os.path.dirname(__file__), "data")
@@ -60,9 +60,9 @@ def test_auto_picks_the_global_sites():
     assert sorted(lm.diagnostics()["hyper"]) == ["mu", "tau"]
 
 
-def test_more_than_three_hyper_coordinates_are_refused():
-    with pytest.raises(ValueError, match="at most 3"):
-        grid(4)
+def test_more_than_ten_hyper_coordinates_are_refused():
+    with pytest.raises(ValueError, match="at most 10"):
+        ccd_points(11)
 
 
 def test_stencil_derivatives_of_a_quadratic_are_exact():

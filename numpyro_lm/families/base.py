@@ -45,6 +45,9 @@ class MatchedFamily(NamedTuple):
     :param log_prob: ``(params, y) -> log density of the basis coordinates y`` (per
         coordinate for ``event_dim=0``, per event vector for ``event_dim=1``); optional,
         for a closed form that is stabler than the default of :func:`basis_log_prob`.
+    :param host_sample: ``(rng: numpy Generator, params: dict of NumPy arrays) -> y``,
+        optional: independent draws in basis coordinates on the host (NumPy), for
+        coordinates whose copula is the independence copula (no quantile function needed).
     """
 
     name: str
@@ -58,6 +61,7 @@ class MatchedFamily(NamedTuple):
     sample_basis: Optional[Callable] = None
     in_basis: bool = False
     log_prob: Optional[Callable] = None
+    host_sample: Optional[Callable] = None
 
 
 _FAMILIES: dict[tuple, MatchedFamily] = {}

@@ -18,6 +18,7 @@ from jax.scipy.special import betaln
 import numpyro.distributions as dist
 
 from ..quantiles import beta_logit_quantile
+from ..random import host_log_gamma
 from .base import MatchedFamily, register_family, register_prior_family
 
 __all__ = ["beta_logit"]
@@ -49,6 +50,11 @@ def _log_prob(params, y):
     return a * jax.nn.log_sigmoid(y) + b * jax.nn.log_sigmoid(-y) - betaln(a, b)
 
 
+def _host_sample(rng, params):
+    # logit X = log G_a - log G_b for X = G_a / (G_a + G_b): finite where X rounds to 0 or 1
+    return host_log_gamma(rng, params["concentration1"]) - host_log_gamma(rng, params["concentration0"])
+
+
 beta_logit = register_family(
     MatchedFamily(
         name="beta",
@@ -59,6 +65,7 @@ beta_logit = register_family(
         distribution=_distribution,
         basis_quantile=_quantile,
         log_prob=_log_prob,
+        host_sample=_host_sample,
     )
 )
 

@@ -33,10 +33,12 @@ Reference: Hobbhahn and Hennig (2021), Appendix B.1-B.2 and B.5; thesis Table 3.
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 import numpyro.distributions as dist
 from jax.scipy.special import gammaln
 
 from ..quantiles import gamma_log_quantile
+from ..random import host_log_gamma
 from .base import MatchedFamily, register_family, register_prior_family
 
 __all__ = [
@@ -52,11 +54,15 @@ def positive_family(name, basis, from_gaussian, to_gaussian, distribution, log_q
     ``gamma_params(params) -> (alpha, rate)`` marks a Gamma special case, whose log-basis
     density is then evaluated in closed form (no ``exp`` that under- or overflows).
     """
-    log_prob = None
+    log_prob = host_sample = None
     if gamma_params is not None and basis == "log":
         def log_prob(params, y):
             alpha, rate = gamma_params(params)
             return alpha * jnp.log(rate) + alpha * y - rate * jnp.exp(y) - gammaln(alpha)
+
+        def host_sample(rng, params):
+            alpha, rate = (np.asarray(p, np.float64) for p in gamma_params(params))
+            return host_log_gamma(rng, np.broadcast_to(alpha, np.broadcast_shapes(alpha.shape, rate.shape))) - np.log(rate)
 
     if basis == "log":
         basis_quantile = log_quantile
@@ -74,6 +80,7 @@ def positive_family(name, basis, from_gaussian, to_gaussian, distribution, log_q
             distribution=distribution,
             basis_quantile=basis_quantile,
             log_prob=log_prob,
+            host_sample=host_sample,
         )
     )
 
