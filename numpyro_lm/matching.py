@@ -693,7 +693,7 @@ class LaplaceMatching:
                 # the basis origin lies outside the density's support (e.g. the sqrt basis)
                 start = self._start_point(rng_key)
                 search = explore(marginal, start[theta_index], start[x_index])
-            design = integrate(marginal, search, theta_index, x_index)
+            design = integrate(marginal, search, theta_index, x_index, gaussian_cols)
         if design.edge_mass > 1e-3:
             warnings.warn(
                 f"nested Laplace: {design.edge_mass:.1%} of the hyperparameters' mass lies on the edge "

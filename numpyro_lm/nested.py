@@ -26,9 +26,9 @@ vectorised call), standardise :math:`\theta = \theta^* + V\Lambda^{-1/2} z`, and
 * **four to ten coordinates, a central composite design** (INLA's CCD): the centre,
   ``2d`` star points and the points of a two-level (full for four, half fraction beyond,
   resolution at least V) factorial, all at radius :math:`f_0\sqrt d`, :math:`f_0 = 1.1`,
-  with the weights that integrate a standard Gaussian's mass and variance exactly
-  (centre :math:`1 - f_0^{-2}`, the others :math:`f_0^{-2} e^{r^2/2} / K` relative to
-  :math:`\phi(z)`), times :math:`\tilde p(\theta_k\mid y)/\phi(z_k)`.
+  with volumes :math:`c_k/\phi(z_k)` that integrate a standard Gaussian's mass and
+  second moments exactly (:math:`c = 1 - f_0^{-2}` at the centre, :math:`1/(K f_0^2)` at
+  each of the ``K`` others): weights :math:`\propto c_k \tilde p(\theta_k\mid y)/\phi(z_k)`.
 
 Draws. On a lattice the posterior is the mixture :math:`\sum_k w_k\,
 U(\text{cell}_k)(\theta)\, N(x; x^*_k, H_k^{-1})`: a cell by weight, :math:`\theta` uniform
@@ -108,6 +108,7 @@ class NestedDesign(NamedTuple):
     x_mode: np.ndarray  # (K, Dx) conditional modes
     x_mean: np.ndarray  # (K, Dx) conditional means: the modes moved by mean_shift
     x_cov: np.ndarray  # (K, Dx, Dx) conditional covariances
+    x_slope: np.ndarray  # (K, Dx, d) d x_mean / d z: x | theta ~ N(x_mean_k + slope_k (z - z_k), x_cov_k)
     point_params: dict  # {site: matched family params (K, ...)} of the quantile sites' conditionals
     uncoupled: np.ndarray  # (Dx,) coordinates with no conditional precision to any other
     edge_mass: float  # weight of the design's edge (lattice)
@@ -344,9 +345,34 @@ def lattice(marginal: Callable, mode, scale, x_mode):
                     following[n] = fits.x[i]  # warm start from this neighbour's x*
         wave, parents = list(following), list(following.values())
     fits = jax.tree.map(lambda *a: np.concatenate(a), *waves)
-    finite = {p for p, lp in zip(points, fits.log_density) if np.isfinite(lp)}
+    finite = {p: i for i, (p, lp) in enumerate(zip(points, fits.log_density)) if np.isfinite(lp)}
     edge = np.array([any(n not in finite for n in _neighbours(p)) for p in points])
-    return step, np.array(points, np.float64) * step, fits, edge
+    return step, np.array(points, np.float64) * step, fits, edge, _lattice_slopes(points, finite, fits.x + fits.shift, step)
+
+
+def _lattice_slopes(points, finite, x, step):
+    """``(K, Dx, d)`` derivatives of the conditional means in ``z``: central differences
+    between a point's lattice neighbours, one-sided where one is missing, zero if both are."""
+    d = len(points[0])
+    slopes = np.zeros(x.shape + (d,))
+    for i, p in enumerate(points):
+        for a in range(d):
+            up = finite.get(p[:a] + (p[a] + 1,) + p[a + 1 :])
+            down = finite.get(p[:a] + (p[a] - 1,) + p[a + 1 :])
+            if up is not None and down is not None:
+                slopes[i, :, a] = (x[up] - x[down]) / (2 * step)
+            elif up is not None:
+                slopes[i, :, a] = (x[up] - x[i]) / step
+            elif down is not None:
+                slopes[i, :, a] = (x[i] - x[down]) / step
+    return slopes
+
+
+def _least_squares_slope(z, x):
+    """``(Dx, d)``: the slope of the conditional means' least-squares plane over the design."""
+    design = np.concatenate([np.ones((len(z), 1)), z], axis=1)
+    coef = np.linalg.lstsq(design, x, rcond=None)[0]
+    return coef[1:].T
 
 
 def _factorial(d: int) -> np.ndarray:
@@ -369,8 +395,8 @@ def ccd_points(d: int):
     star = np.concatenate([np.eye(d), -np.eye(d)]) * r
     outer = np.concatenate([star, CCD_F0 * _factorial(d)])
     z = np.concatenate([np.zeros((1, d)), outer])
-    # relative to the standard normal density at the point: integrates N(0, I)'s mass and
-    # second moment exactly (centre 1 - 1/f0^2, the K others 1/f0^2 between them)
+    # volumes c_k / phi(z_k): integrate N(0, I)'s mass and second moments exactly, with
+    # c = 1 - 1/f0^2 at the centre and 1/(K f0^2) at each of the K others
     log_volume = np.full(len(z), 0.5 * r**2 - math.log(len(outer)) - 2 * math.log(CCD_F0))
     log_volume[0] = math.log(1.0 - CCD_F0**-2)
     return z, log_volume
@@ -395,8 +421,12 @@ def _split_normal_scales(z, logp):
     return sigma
 
 
-def integrate(marginal: Callable, search: ModeSearch, theta_index, x_index):
-    """The :class:`NestedDesign` around the mode of the hyperparameters' marginal."""
+def integrate(marginal: Callable, search: ModeSearch, theta_index, x_index, slope_cols):
+    """The :class:`NestedDesign` around the mode of the hyperparameters' marginal.
+
+    ``slope_cols (Dx,)``: the coordinates whose conditional mean follows ``theta`` linearly
+    between design points (those drawn from their conditional Gaussians).
+    """
     mode, x_mode = search.theta, search.x
     d = mode.size
     eigval, eigvec = np.linalg.eigh(search.precision)
@@ -404,7 +434,7 @@ def integrate(marginal: Callable, search: ModeSearch, theta_index, x_index):
     sigma = np.ones((d, 2))
     if d in LATTICE:
         kind = "lattice"
-        step, z, fits, edge = lattice(marginal, mode, scale, x_mode)
+        step, z, fits, edge, slopes = lattice(marginal, mode, scale, x_mode)
         log_w = np.asarray(fits.log_density, np.float64)
     else:
         kind, step = "ccd", 0.0
@@ -412,8 +442,11 @@ def integrate(marginal: Callable, search: ModeSearch, theta_index, x_index):
         fits = marginal(mode + z @ scale.T, np.broadcast_to(np.asarray(x_mode), (len(z),) + np.shape(x_mode)), True)
         logp = np.asarray(fits.log_density, np.float64)
         sigma = _split_normal_scales(z, logp)
-        log_w = logp + log_volume + 0.5 * np.sum(z**2, 1)  # p~ / phi times the volume
+        log_w = logp + log_volume
         edge = np.zeros(len(z), bool)
+        finite = np.isfinite(logp)
+        slope = _least_squares_slope(z[finite], np.asarray(fits.x + fits.shift, np.float64)[finite])
+        slopes = np.broadcast_to(slope, (len(z),) + slope.shape)
     ok = np.isfinite(log_w) & np.all(np.isfinite(fits.cov), axis=(1, 2))
     log_w = np.where(ok, log_w, -np.inf)
     log_w = log_w - (np.max(log_w) + np.log(np.sum(np.exp(log_w - np.max(log_w)))))
@@ -425,7 +458,7 @@ def integrate(marginal: Callable, search: ModeSearch, theta_index, x_index):
         kind=kind, theta_index=theta_index, x_index=x_index, mode=mode, scale=scale, step=step, sigma=sigma,
         z=z[keep], theta=mode + z[keep] @ scale.T, log_weights=log_w[keep] - np.log(np.sum(w[keep])),
         x_mode=np.asarray(kept.x, np.float64), x_mean=np.asarray(kept.x + kept.shift, np.float64), x_cov=np.asarray(kept.cov, np.float64),
-        point_params=kept.params, uncoupled=np.all(off_diagonal == 0, axis=(0, 2)), edge_mass=float(np.sum(w[edge])),
+        x_slope=np.asarray(slopes)[keep] * slope_cols[:, None], point_params=kept.params, uncoupled=np.all(off_diagonal == 0, axis=(0, 2)), edge_mass=float(np.sum(w[edge])),
         num_outer_iter=search.num_iter, num_evaluations=search.num_evaluations + len(z),
     )
 
@@ -439,12 +472,15 @@ def mixture_moments(design: NestedDesign, size: int):
     mean[xi] = w @ design.x_mean
     dt = design.theta - mean[ti]
     dx = design.x_mean - mean[xi]
-    # on a lattice theta is uniform inside its cell: add the within-cell covariance step^2/12 (in z)
-    cell = design.scale @ design.scale.T * design.step**2 / 12.0
+    # on a lattice z is uniform inside its cell (covariance step^2/12 I), and x's mean
+    # follows it with the point's slope
+    var_z = design.step**2 / 12.0
+    slope = design.x_slope
     cov = np.zeros((size, size))
-    cov[np.ix_(ti, ti)] = (dt * w[:, None]).T @ dt + cell
-    cov[np.ix_(xi, xi)] = np.einsum("k,kij->ij", w, design.x_cov) + (dx * w[:, None]).T @ dx
-    cross = (dt * w[:, None]).T @ dx
+    cov[np.ix_(ti, ti)] = (dt * w[:, None]).T @ dt + var_z * design.scale @ design.scale.T
+    cov[np.ix_(xi, xi)] = (np.einsum("k,kij->ij", w, design.x_cov) + (dx * w[:, None]).T @ dx
+                           + var_z * np.einsum("k,kia,kja->ij", w, slope, slope))
+    cross = (dt * w[:, None]).T @ dx + var_z * np.einsum("k,ia,kja->ij", w, design.scale, slope)
     cov[np.ix_(ti, xi)] = cross
     cov[np.ix_(xi, ti)] = cross.T
     return mean, 0.5 * (cov + cov.T)
@@ -497,7 +533,7 @@ def draw(rng: np.random.Generator, design: NestedDesign, layout, num_samples: in
     if design.kind == "lattice":
         w = np.exp(design.log_weights)
         k = rng.choice(w.size, size=num_samples, p=w / w.sum())
-        u = rng.uniform(-0.5, 0.5, (num_samples, d)) * design.step
+        u = rng.uniform(-0.5, 0.5, (num_samples, d)) * design.step  # z - z_k
         theta = design.theta[k] + u @ design.scale.T
         log_cell = d * math.log(design.step) + np.linalg.slogdet(design.scale)[1]
         log_q = design.log_weights[k] - log_cell
@@ -507,9 +543,11 @@ def draw(rng: np.random.Generator, design: NestedDesign, layout, num_samples: in
         log_q = log_q - np.linalg.slogdet(design.scale)[1]
         # the conditional of the nearest design point
         k = np.argmin(np.sum((z[:, None, :] - design.z[None]) ** 2, -1), axis=1)
+        u = z - design.z[k]
     chol = np.linalg.cholesky(design.x_cov)
     eps = rng.standard_normal((num_samples, design.x_mode.shape[1]))
-    x = design.x_mean[k] + np.einsum("nij,nj->ni", chol[k], eps)
+    x_mean = design.x_mean[k] + np.einsum("nia,na->ni", design.x_slope[k], u)
+    x = x_mean + np.einsum("nij,nj->ni", chol[k], eps)
     flat = np.zeros((num_samples, size))
     flat[:, design.theta_index] = theta
     flat[:, design.x_index] = x
@@ -524,7 +562,7 @@ def draw(rng: np.random.Generator, design: NestedDesign, layout, num_samples: in
         shape = (num_samples,) + site.basis_shape
         params = {n: np.asarray(v, np.float64)[k] for n, v in design.point_params[site.name].items()}
         sd = np.sqrt(var[:, cols][k]).reshape(shape)
-        s = (x[:, cols].reshape(shape) - design.x_mean[:, cols][k].reshape(shape)) / sd
+        s = (x[:, cols].reshape(shape) - x_mean[:, cols].reshape(shape)) / sd
         # coordinates coupled to no other (the independence copula) are drawn from the family
         # itself where it has a host sampler; the others through its quantile function
         alone = design.uncoupled[cols].reshape(site.basis_shape) & (family.host_sample is not None)

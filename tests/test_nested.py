@@ -3,12 +3,18 @@
 import os
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+import numpyro
+import numpyro.distributions as dist
 import pytest
+from jax.scipy.special import digamma
+from numpyro.infer import MCMC
 
 from hierarchical_models import MODELS
 from numpyro_lm import LaplaceMatching
-from numpyro_lm.nested import _derivatives, _stencil, ccd_points
+from numpyro_lm.adapters import warm_nuts
+from numpyro_lm.nested import _derivatives, _stencil, ccd_points, mean_shift
 
 pytestmark = pytest.mark.usefixtures("x64")
 DATA = os.path.join(os.path.dirname(__file__), "data")
@@ -73,3 +79,65 @@ def test_stencil_derivatives_of_a_quadratic_are_exact():
     grad, hess = _derivatives(values, h, 2)
     np.testing.assert_allclose(grad, [1.0, -2.0], atol=1e-12)
     np.testing.assert_allclose(hess, -a, atol=1e-12)
+
+
+def linear_gaussian():
+    """Four scalar hyperparameters, five latents and eight observations, all linear-Gaussian:
+    the posterior is Gaussian in closed form (``truth``)."""
+    rng = np.random.default_rng(1)
+    a, b, sigma = rng.normal(size=(5, 4)), rng.normal(size=(8, 5)), 0.5
+    c = rng.normal(size=(8, 4))
+    y = rng.normal(size=8) * 2.0
+
+    def model(a, b, c, y):
+        theta = jnp.stack([numpyro.sample(n, dist.Normal(0.0, 1.0)) for n in "pqrs"])
+        x = numpyro.sample("x", dist.Normal(a @ theta, 1.0).to_event(1))
+        numpyro.sample("y", dist.Normal(b @ x + c @ theta, sigma).to_event(1), obs=y)
+
+    # w = (theta, x) = L (theta, e) with theta, e ~ N(0, I); y = M w + noise
+    lower = np.block([[np.eye(4), np.zeros((4, 5))], [a, np.eye(5)]])
+    m = np.concatenate([c, b], axis=1)
+    cov = np.linalg.inv(np.linalg.inv(lower @ lower.T) + m.T @ m / sigma**2)
+    truth = (cov @ m.T @ y / sigma**2, cov)
+    return model, tuple(jnp.asarray(v) for v in (a, b, c, y)), truth
+
+
+def test_central_composite_design_is_exact_on_a_gaussian_posterior():
+    model, args, (mean, cov) = linear_gaussian()
+    lm = LaplaceMatching(model, hyper=["p", "q", "r", "s"], num_samples=4000).run(jax.random.PRNGKey(0), *args)
+    assert lm.design.kind == "ccd" and lm.design.z.shape == (1 + 8 + 16, 4)
+    # the CCD weights integrate a Gaussian's mass and second moments exactly, and the
+    # conditional means are linear in theta: the mixture moments are the posterior's
+    np.testing.assert_allclose(np.asarray(lm.gaussian.mean), mean, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(lm.gaussian.cov), cov, atol=1e-6)
+    # the draws (split normal with unit scales, linear conditional means) are exact too:
+    # log p - log q is constant (k-hat -inf) and the moments agree within Monte Carlo error
+    assert np.ptp(np.asarray(lm.get_extra_fields()["log_weight"])) < 1e-6
+    samples = lm.get_samples()
+    draws = np.concatenate([np.stack([samples[n] for n in "pqrs"], 1), samples["x"]], 1)
+    sd = np.sqrt(np.diag(cov))
+    assert np.max(np.abs(draws.mean(0) - mean) / sd) < 4 / np.sqrt(4000)  # 4 Monte Carlo SEs
+    assert np.max(np.abs(draws.std(0) / sd - 1)) < 4 / np.sqrt(2 * 4000)
+
+
+def test_mean_shift_moves_a_skewed_conditional_towards_its_mean():
+    # x = log G, G ~ Gamma(3): density exp(3x - e^x), mode log 3, mean digamma(3)
+    alpha = 3.0
+    mode, mean = np.log(alpha), float(digamma(alpha))
+    neg = lambda theta, x: -(alpha * x[0] - jnp.exp(x[0]))
+    shift = mean_shift(neg, jnp.zeros(1), jnp.array([mode]), jnp.array([[1.0 / alpha]]))
+    # the sigma-point Newton step removes most of the mode's bias (0.176)
+    assert abs(mode + float(shift[0]) - mean) < 0.2 * abs(mode - mean)
+
+
+def test_nested_fit_works_with_summary_arviz_and_warm_start(capsys):
+    model, args, kwargs = MODELS["eight_schools"]()
+    lm = LaplaceMatching(model, hyper=["tau"], num_samples=500).run(jax.random.PRNGKey(0), *args, **kwargs)
+    lm.print_summary()
+    assert "tau" in capsys.readouterr().out
+    idata = lm.to_inference_data()
+    assert idata.posterior["tau"].shape == (1, 500) and "log_weight" in idata.sample_stats
+    warm = warm_nuts(lm)
+    mcmc = MCMC(warm.kernel, num_warmup=50, num_samples=50, progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(1), *args, init_params=warm.init_params)
+    assert np.isfinite(np.asarray(mcmc.get_samples()["tau"])).all()
