@@ -30,22 +30,27 @@ vectorised call), standardise :math:`\theta = \theta^* + V\Lambda^{-1/2} z`, and
   second moments exactly (:math:`c = 1 - f_0^{-2}` at the centre, :math:`1/(K f_0^2)` at
   each of the ``K`` others): weights :math:`\propto c_k \tilde p(\theta_k\mid y)/\phi(z_k)`.
 
-Draws. On a lattice the posterior is the mixture :math:`\sum_k w_k\,
-U(\text{cell}_k)(\theta)\, N(x; x^*_k, H_k^{-1})`: a cell by weight, :math:`\theta` uniform
-inside it, :math:`x` from that cell's conditional Gaussian. For a CCD, :math:`z` is drawn
-from a split normal along each standardised axis (scales :math:`\sigma^\pm_i` from the
-star points' log density drop, :math:`\sigma = r/\sqrt{2\,\text{drop}}`, INLA's skewness
-correction) and :math:`x` from the conditional Gaussian of the nearest design point.
-Coordinates of sites matched one by one (Gamma, Beta...) are mapped from their
-conditional Gaussian through that point's matched family with the Gaussian copula, so a
+Draws. On a lattice: a cell by weight, :math:`z` uniform inside it, and
+:math:`x \mid z \sim N(m_k + S_k (z - z_k), H_k^{-1})`, the cell's conditional Gaussian
+with its mean following :math:`z` along the slope :math:`S_k` of the conditional means
+between the point's lattice neighbours. For a CCD, :math:`z` is drawn from a split normal
+along each standardised axis (scales :math:`\sigma^\pm_i = r/\sqrt{2\,\text{drop}}`
+from the star points' log density drop, INLA's skewness correction) and :math:`x` from
+the conditional Gaussian of the nearest design point, its mean moved along the
+least-squares slope of the conditional means over the design (exact for a
+linear-Gaussian model). The conditional means :math:`m_k` are the modes moved by
+:func:`mean_shift` (skewed conditionals, e.g. small Poisson counts). Coordinates of
+sites matched one by one (Gamma, Beta...) are mapped from their conditional Gaussian
+through that point's matched family with the Gaussian copula (no shift, no slope), so a
 conjugate conditional (a Beta given the hyperparameters) is drawn exactly; coordinates
 the conditional precision couples to nothing are drawn from the family directly. The
 draws' density is exact, so PSIS applies.
 
 The matched family of each site comes from the design's moments in the LM basis: the
 first two moments of the mixture (conditional means and covariances weighted by the
-design weights, plus the within-cell spread of :math:`\theta` on a lattice), replaced by
-the draws' moments for sites drawn through per-point matched families.
+design weights, plus the within-cell spread of :math:`z` and of the means that follow
+it on a lattice), replaced by the draws' moments for sites drawn through per-point
+matched families.
 """
 
 from __future__ import annotations
@@ -64,8 +69,9 @@ from .families.base import basis_log_prob
 from .laplace import trial_newton_minimize
 
 __all__ = [
-    "NonFiniteStart", "ModeSearch", "NestedDesign", "LATTICE", "CCD_F0", "MAX_CCD_DIM", "site_values", "conditional_fit", "mean_shift", "explore", "lattice", "ccd_points",
-    "integrate", "mixture_moments", "draw",
+    "NonFiniteStart", "ModeSearch", "NestedDesign", "PointFits", "LATTICE", "CCD_F0", "MAX_CCD_DIM",
+    "site_values", "x_positions", "conditional_fit", "point_params", "mean_shift", "explore", "lattice",
+    "ccd_points", "integrate", "mixture_moments", "quantile_sites", "draw",
 ]
 
 # (step, log-density drop) of the lattice in standardised units, by dimension
