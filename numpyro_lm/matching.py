@@ -67,8 +67,9 @@ from .nested import (
     ccd_points,
     conditional_fit,
     explore,
-    mean_shift,
     integrate,
+    matched_normaliser,
+    mean_shift,
     mixture_moments,
     point_params,
     quantile_sites,
@@ -276,11 +277,12 @@ class LaplaceMatching:
         fit does today; a low-rank curvature would make ``"eig"`` act on its leading
         eigenvectors only).
     :param hyper: nested Laplace over hyperparameters (:mod:`numpyro_lm.nested`, INLA
-        style): a list of at most three dimensions' worth of latent sites (e.g.
-        ``["tau"]``) whose marginal posterior is integrated on a grid, with a Laplace
-        approximation of the other sites conditional on each grid point; or ``"auto"``:
-        the scalar or 2-vector sites outside every plate of a model that has plated
-        latent sites (refused when they add up to more than three coordinates). For
+        style): a list of latent sites (e.g. ``["tau"]``, at most ten coordinates) whose
+        marginal posterior is integrated numerically (a lattice up to three coordinates,
+        a central composite design beyond), with a Laplace approximation of the other
+        sites conditional on each design point; no joint fit is made. Or ``"auto"``: the
+        scalar or 2-vector sites outside every plate of a model that has plated latent
+        sites (refused when they add up to more than three coordinates). For
         hierarchical models where the joint Laplace approximation misplaces a group
         scale. ``None`` (default): one joint Laplace approximation.
     :param int refine_num_samples: ``S``, the fixed standard normal draws of the bound.
@@ -664,7 +666,9 @@ class LaplaceMatching:
                     lambda: jnp.where(gaussian_cols, jax.vmap(partial(mean_shift, neg))(thetas, fits.x, fits.cov), 0.0),
                     lambda: shift,
                 )
-            return fits._replace(params=point_params(layout, theta_index, fits.x, fits.cov), shift=shift)
+            params = point_params(layout, theta_index, fits.x, fits.cov)
+            log_density = fits.log_density + matched_normaliser(layout, theta_index, fits.x, fits.precision, params)
+            return fits._replace(log_density=log_density, params=params, shift=shift)
 
         inner = self._jitted("nested_marginal", inner, optimize=True)
         bar = tqdm(desc="nested Laplace inner fits", unit="fit", disable=not self.progress_bar, delay=2.0)

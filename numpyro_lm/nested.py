@@ -70,7 +70,7 @@ from .laplace import trial_newton_minimize
 
 __all__ = [
     "NonFiniteStart", "ModeSearch", "NestedDesign", "PointFits", "LATTICE", "CCD_F0", "MAX_CCD_DIM",
-    "site_values", "x_positions", "conditional_fit", "point_params", "mean_shift", "explore", "lattice",
+    "site_values", "x_positions", "conditional_fit", "point_params", "matched_normaliser", "mean_shift", "explore", "lattice",
     "ccd_points", "integrate", "mixture_moments", "quantile_sites", "draw",
 ]
 
@@ -175,6 +175,31 @@ def point_params(layout, theta_index, x, cov) -> dict:
             x[..., cols].reshape(lead + site.basis_shape), var[..., cols].reshape(lead + site.basis_shape)
         )
     return out
+
+
+def matched_normaliser(layout, theta_index, x, precision, params):
+    r"""Correction of :math:`\log \tilde p(\theta \mid y)` from the matched families (per point).
+
+    For a coordinate :math:`x_j` the conditional precision couples to no other, the
+    Laplace integral of its factor, :math:`p(x_j^*)\sqrt{2\pi/H_{jj}}`, is replaced by
+    Laplace Matching's, :math:`p(x_j^*)/q_j(x_j^*)` with :math:`q_j` the matched family:
+    exact when the conditional is that family (a Beta given its hyperparameters), and
+    the same to leading order otherwise. Adds
+    :math:`\sum_j \tfrac12\log H_{jj} - \tfrac12\log 2\pi - \log q_j(x_j^*)`.
+    """
+    positions = x_positions(layout, theta_index)
+    diag = jnp.diagonal(precision, axis1=-2, axis2=-1)
+    off = jnp.abs(precision) * (1 - jnp.eye(precision.shape[-1], dtype=precision.dtype))
+    alone = jnp.all(off == 0, axis=-1)
+    total = jnp.zeros(x.shape[:-1], x.dtype)
+    for site, family in quantile_sites(layout, theta_index):
+        cols = positions[site.name]
+        lead = x.shape[:-1]
+        y = x[..., cols].reshape(lead + site.basis_shape)
+        log_q = basis_log_prob(family, params[site.name], y).reshape(lead + (-1,))
+        term = 0.5 * jnp.log(diag[..., cols]) - 0.5 * jnp.log(2 * jnp.pi) - log_q
+        total = total + jnp.sum(jnp.where(alone[..., cols], term, 0.0), axis=-1)
+    return total
 
 
 def x_positions(layout, theta_index) -> dict:
