@@ -554,6 +554,17 @@ def _split_normal(rng, sigma, n):
     return z, log_density
 
 
+def _by_point(k, eps, chol):
+    """``chol[k_n] @ eps_n`` for every draw, grouped by design point (no (n, Dx, Dx) gather)."""
+    out = np.empty_like(eps)
+    order = np.argsort(k, kind="stable")
+    bounds = np.searchsorted(k[order], np.arange(len(chol) + 1))
+    for j in np.flatnonzero(np.diff(bounds)):
+        rows = order[bounds[j] : bounds[j + 1]]
+        out[rows] = eps[rows] @ chol[j].T
+    return out
+
+
 def draw(rng: np.random.Generator, design: NestedDesign, layout, num_samples: int):
     """``(flat draws (n, D), log_q)`` from the design's mixture (module docstring).
 
@@ -578,7 +589,7 @@ def draw(rng: np.random.Generator, design: NestedDesign, layout, num_samples: in
     chol = np.linalg.cholesky(design.x_cov)
     eps = rng.standard_normal((num_samples, design.x_mode.shape[1]))
     x_mean = design.x_mean[k] + np.einsum("nia,na->ni", design.x_slope[k], u)
-    x = x_mean + np.einsum("nij,nj->ni", chol[k], eps)
+    x = x_mean + _by_point(k, eps, chol)
     flat = np.zeros((num_samples, size))
     flat[:, design.theta_index] = theta
     flat[:, design.x_index] = x
