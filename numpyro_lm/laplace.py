@@ -102,6 +102,11 @@ def evaluate(fn: Callable, state: OptimState) -> OptimState:
     )
 
 
+def _rounding(value):
+    """The rounding error of a log density value: ``eps * max(1, |value|)``."""
+    return jnp.finfo(value.dtype).eps * jnp.maximum(1.0, jnp.abs(value))
+
+
 def _saddle_free_step(grad, eigval, eigvec):
     """``-|H|^-1 g`` with ``|H|`` the Hessian with absolute (floored) eigenvalues."""
     floor = jnp.finfo(eigval.dtype).eps * jnp.maximum(jnp.max(jnp.abs(eigval)), 1.0)
@@ -146,7 +151,7 @@ def newton_minimize(fn: Callable, state: OptimState, tol: float, max_iter) -> Op
         step, _ = _saddle_free_step(s.grad, s.eigenvalues, s.eigenvectors)
         # Converged when the step is below ``tol`` posterior SDs, or when the decrease a
         # Newton step predicts (decrement^2 / 2) is below the rounding error of fn.
-        rounding = jnp.finfo(s.value.dtype).eps * jnp.maximum(1.0, jnp.abs(s.value))
+        rounding = _rounding(s.value)
         converged = (s.decrement <= tol) | (0.5 * s.decrement**2 <= rounding)
         t, new_value = _backtrack(fn, s.x, s.value, s.grad, step)
         t = jnp.where(converged, 0.0, t)
@@ -177,7 +182,6 @@ def trial_newton_minimize(fn: Callable, x0, tol: float, max_iter) -> OptimState:
     rarely need. ``max_iter`` counts evaluations. On return the state is ``fresh``: its
     gradient and Hessian belong to ``x``. Convergence as in :func:`newton_minimize`.
     """
-    d = x0.shape[-1]
     inf = jnp.asarray(jnp.inf, x0.dtype)
     zero = jnp.zeros_like(x0)
     init = (initial_state(x0)._replace(fresh=jnp.asarray(True)), zero, jnp.ones((), x0.dtype))
@@ -195,11 +199,9 @@ def trial_newton_minimize(fn: Callable, x0, tol: float, max_iter) -> OptimState:
         hess = 0.5 * (hess + hess.T)
         eigval, eigvec = jnp.linalg.eigh(hess)
         new_step, decrement = _saddle_free_step(grad, eigval, eigvec)
-        rounding = jnp.finfo(x0.dtype).eps * jnp.maximum(1.0, jnp.abs(value))
-        at_tol = (decrement <= tol) | (0.5 * decrement**2 <= rounding)
+        at_tol = (decrement <= tol) | (0.5 * decrement**2 <= _rounding(value))
         # a rejected trial on a step this small has hit the noise of fn: converged there
-        old_rounding = jnp.finfo(x0.dtype).eps * jnp.maximum(1.0, jnp.abs(s.value))
-        at_noise_floor = (~accept) & (0.5 * s.decrement**2 <= 1e4 * old_rounding)
+        at_noise_floor = (~accept) & (0.5 * s.decrement**2 <= 1e4 * _rounding(s.value))
         accepted = s._replace(
             x=trial, value=value, grad=grad, hess=hess, eigenvalues=eigval, eigenvectors=eigvec,
             grad_norm=jnp.max(jnp.abs(grad)), decrement=decrement, converged=at_tol,

@@ -74,7 +74,6 @@ from .nested import (
     point_params,
     quantile_sites,
     site_values,
-    x_positions,
 )
 from .nested import draw as nested_draw
 from .random import host_generator, standard_normal
@@ -648,11 +647,12 @@ class LaplaceMatching:
         dtype, size, max_iter = jnp.result_type(float), layout.size, self.max_iter
         tol = default_tol(dtype) if self.tol is None else self.tol
 
-        # conditional means (mean_shift) for the coordinates drawn from their conditional
-        # Gaussians; those of quantile sites follow each point's matched family instead
-        gaussian_cols = np.ones(x_index.size, bool)
+        # coordinates drawn through each point's matched family (quantile sites); the others
+        # come from their conditional Gaussians and get a conditional mean (mean_shift)
+        mapped = np.zeros(size, bool)
         for site, _ in quantile_sites(layout, theta_index):
-            gaussian_cols[x_positions(layout, theta_index)[site.name]] = False
+            mapped[site.offset : site.offset + site.size] = True
+        gaussian_cols = ~mapped[x_index]
 
         def inner(thetas, x0s, with_shift, args, kwargs):
             def neg(theta, x):
@@ -667,7 +667,9 @@ class LaplaceMatching:
                     lambda: shift,
                 )
             params = point_params(layout, theta_index, fits.x, fits.cov)
-            log_density = fits.log_density + matched_normaliser(layout, theta_index, fits.x, fits.precision, params)
+            log_density = fits.log_density + matched_normaliser(
+                layout, theta_index, fits.x, fits.precision_diagonal, fits.uncoupled, params
+            )
             return fits._replace(log_density=log_density, params=params, shift=shift)
 
         inner = self._jitted("nested_marginal", inner, optimize=True)
@@ -712,9 +714,6 @@ class LaplaceMatching:
         # went through each design point's matched family
         mean_all, cov_all = mixture_moments(design, size)
         draws = np.asarray(flat, np.float64)
-        mapped = np.zeros(size, bool)
-        for site, _ in quantile_sites(layout, theta_index):
-            mapped[site.offset : site.offset + site.size] = True
         mean_all[mapped] = draws[:, mapped].mean(0)
         cov_draws = np.cov(draws.T).reshape(size, size)
         cov_all[mapped, :] = cov_draws[mapped, :]

@@ -128,7 +128,8 @@ class PointFits(NamedTuple):
     log_density: np.ndarray  # (K,) log p~(theta_k | y) + const
     x: np.ndarray  # (K, Dx) conditional modes
     cov: np.ndarray  # (K, Dx, Dx)
-    precision: np.ndarray  # (K, Dx, Dx)
+    precision_diagonal: np.ndarray  # (K, Dx) diagonal of the conditional precision H
+    uncoupled: np.ndarray  # (K, Dx) coordinates H couples to no other
     params: dict  # {site: matched params (K, ...)} of the quantile sites, see point_params
     shift: np.ndarray  # (K, Dx) conditional mean - mode (mean_shift), zero where not computed
 
@@ -160,7 +161,9 @@ def conditional_fit(neg_log_density: Callable, theta, x0, tol: float, max_iter: 
     log_marginal = -state.value - 0.5 * jnp.sum(jnp.log(jnp.where(ok, eigval, 1.0)))
     log_marginal = jnp.where(ok & jnp.isfinite(log_marginal), log_marginal, -jnp.inf)
     cov = (eigvec / jnp.where(ok, eigval, jnp.nan)) @ eigvec.T
-    return PointFits(log_marginal, state.x, cov, state.hess, {}, jnp.zeros_like(state.x))
+    off_diagonal = state.hess * (1 - jnp.eye(state.hess.shape[-1], dtype=state.hess.dtype))
+    uncoupled = jnp.all(off_diagonal == 0, axis=-1)
+    return PointFits(log_marginal, state.x, cov, jnp.diagonal(state.hess), uncoupled, {}, jnp.zeros_like(state.x))
 
 
 def point_params(layout, theta_index, x, cov) -> dict:
@@ -177,7 +180,7 @@ def point_params(layout, theta_index, x, cov) -> dict:
     return out
 
 
-def matched_normaliser(layout, theta_index, x, precision, params):
+def matched_normaliser(layout, theta_index, x, precision_diagonal, uncoupled, params):
     r"""Correction of :math:`\log \tilde p(\theta \mid y)` from the matched families (per point).
 
     For a coordinate :math:`x_j` the conditional precision couples to no other, the
@@ -188,17 +191,14 @@ def matched_normaliser(layout, theta_index, x, precision, params):
     :math:`\sum_j \tfrac12\log H_{jj} - \tfrac12\log 2\pi - \log q_j(x_j^*)`.
     """
     positions = x_positions(layout, theta_index)
-    diag = jnp.diagonal(precision, axis1=-2, axis2=-1)
-    off = jnp.abs(precision) * (1 - jnp.eye(precision.shape[-1], dtype=precision.dtype))
-    alone = jnp.all(off == 0, axis=-1)
     total = jnp.zeros(x.shape[:-1], x.dtype)
     for site, family in quantile_sites(layout, theta_index):
         cols = positions[site.name]
         lead = x.shape[:-1]
         y = x[..., cols].reshape(lead + site.basis_shape)
         log_q = basis_log_prob(family, params[site.name], y).reshape(lead + (-1,))
-        term = 0.5 * jnp.log(diag[..., cols]) - 0.5 * jnp.log(2 * jnp.pi) - log_q
-        total = total + jnp.sum(jnp.where(alone[..., cols], term, 0.0), axis=-1)
+        term = 0.5 * jnp.log(precision_diagonal[..., cols]) - 0.5 * jnp.log(2 * jnp.pi) - log_q
+        total = total + jnp.sum(jnp.where(uncoupled[..., cols], term, 0.0), axis=-1)
     return total
 
 
@@ -356,17 +356,17 @@ def lattice(marginal: Callable, mode, scale, x_mode):
     d = mode.size
     step, drop = LATTICE[d]
     limit = int(round(MAX_HALF / step))
-    points, waves = [], []
+    points, waves, seen = [], [], set()
     wave, parents = [(0,) * d], [np.asarray(x_mode)]
     top = -np.inf
     while wave:
         z = np.array(wave, np.float64) * step
         fits = marginal(mode + z @ scale.T, np.stack(parents), True)
         points += wave
+        seen.update(wave)
         waves.append(fits)
         logp = np.asarray(fits.log_density, np.float64)
         top = max(top, float(np.max(logp)))
-        seen = set(points)
         following = {}
         for i, point in enumerate(wave):
             if not logp[i] >= top - drop:  # below the cut (or not finite): not expanded
@@ -484,12 +484,11 @@ def integrate(marginal: Callable, search: ModeSearch, theta_index, x_index, slop
     w = np.exp(log_w)
     keep = log_w > np.log(1e-12)  # points that carry no mass
     kept = jax.tree.map(lambda a: np.asarray(a)[keep], fits)
-    off_diagonal = np.abs(kept.precision) * (1 - np.eye(kept.precision.shape[-1]))
     return NestedDesign(
         kind=kind, theta_index=theta_index, x_index=x_index, mode=mode, scale=scale, step=step, sigma=sigma,
         z=z[keep], theta=mode + z[keep] @ scale.T, log_weights=log_w[keep] - np.log(np.sum(w[keep])),
         x_mode=np.asarray(kept.x, np.float64), x_mean=np.asarray(kept.x + kept.shift, np.float64), x_cov=np.asarray(kept.cov, np.float64),
-        x_slope=np.asarray(slopes)[keep] * slope_cols[:, None], point_params=kept.params, uncoupled=np.all(off_diagonal == 0, axis=(0, 2)), edge_mass=float(np.sum(w[edge])),
+        x_slope=np.asarray(slopes)[keep] * slope_cols[:, None], point_params=kept.params, uncoupled=np.all(kept.uncoupled, axis=0), edge_mass=float(np.sum(w[edge])),
         num_outer_iter=search.num_iter, num_evaluations=search.num_evaluations + len(z),
     )
 
