@@ -49,6 +49,7 @@ from .families import family_names, get_family
 from .laplace import (
     FAST_COMPILE,
     Gaussian,
+    usable_compiler_options,
     OptimState,
     default_tol,
     evaluate,
@@ -469,7 +470,7 @@ class LaplaceMatching:
             # one key serves both
             return finish(start(rng_key, dynamic, until, at_origin), rng_key, dynamic, num_samples)
 
-        jit = partial(jax.jit, compiler_options=self.compiler_options)
+        jit = partial(jax.jit, compiler_options=usable_compiler_options(self.compiler_options))
         return _Compiled(
             layout=layout,
             fit=jit(start_and_finish, static_argnums=(3, 4)),
@@ -672,7 +673,7 @@ class LaplaceMatching:
             )
             return fits._replace(log_density=log_density, params=params, shift=shift)
 
-        inner = self._jitted("nested_marginal", inner, optimize=True)
+        inner = self._jitted("nested_marginal", inner)
         bar = tqdm(desc="nested Laplace inner fits", unit="fit", disable=not self.progress_bar, delay=2.0)
 
         def batched(fn, *arrays, batch=8):
@@ -729,19 +730,19 @@ class LaplaceMatching:
             )
             return gaussian, params, finite
 
+        # host arrays throughout: an eager jnp conversion compiles a program of its own
         gaussian, params, finite = self._jitted("nested_match", match)(
-            jnp.asarray(mean_all, dtype), jnp.asarray(cov_all, dtype)
+            np.asarray(mean_all, dtype), np.asarray(cov_all, dtype)
         )
-        mode = np.zeros(size)
+        mode = np.zeros(size, dtype)
         mode[theta_index], mode[x_index] = search.theta, search.x
         # the mode search reported is the hyperparameters' (outer) one
-        state = initial_state(jnp.asarray(mode, dtype))._replace(
-            value=jnp.asarray(-search.log_density, dtype),
-            grad_norm=jnp.asarray(search.grad_norm, dtype),
-            decrement=jnp.asarray(search.decrement, dtype),
-            num_iter=jnp.asarray(search.num_iter),
-            converged=jnp.asarray(True),
-            fresh=jnp.asarray(True),
+        square, true = np.zeros((size, size), dtype), np.asarray(True)
+        state = OptimState(
+            x=mode, value=np.asarray(-search.log_density, dtype), grad=np.zeros(size, dtype), hess=square,
+            eigenvalues=np.zeros(size, dtype), eigenvectors=square,
+            grad_norm=np.asarray(search.grad_norm, dtype), decrement=np.asarray(search.decrement, dtype),
+            num_iter=np.asarray(search.num_iter), converged=true, stalled=np.asarray(False), fresh=true,
         )
         return _Fit(state=state, sample_key=rng_key, gaussian=gaussian, params=params, samples=samples, flat=flat,
                     finite=finite, refinement=None)
@@ -756,14 +757,13 @@ class LaplaceMatching:
                 args, kwargs, init_params = compiled.inputs(dynamic)
                 return init_values(model, layout, choice, self._strategy(init_params), rng_key, args, kwargs)
 
-            compiled.extra["start"] = jax.jit(start, compiler_options=self.compiler_options)
+            compiled.extra["start"] = jax.jit(start, compiler_options=usable_compiler_options(self.compiler_options))
         return np.asarray(compiled.extra["start"](rng_key, self._dynamic), np.float64)
 
     def _nested_draws(self, key, num_samples: int):
         flat, log_q = nested_draw(host_generator(key, stream=num_samples), self._design, self._layout, num_samples)
-        dtype = jnp.result_type(float)
         self._nested_log_q[num_samples] = log_q
-        flat = jnp.asarray(flat, dtype)
+        flat = jax.device_put(np.asarray(flat, jnp.result_type(float)))  # no eager program to compile
         return self._constrained(flat), flat
 
     @property
@@ -873,13 +873,11 @@ class LaplaceMatching:
             fields = {k: v[None] for k, v in fields.items()}
         return fields
 
-    def _jitted(self, name: str, fn: Callable, optimize: bool = False) -> Callable:
+    def _jitted(self, name: str, fn: Callable) -> Callable:
         """``fn(*arrays, args, kwargs)`` jit-compiled once per model and argument shapes.
 
         For work on a fitted model outside ``run`` (e.g. the NUTS warm start); returns a
         function of the arrays alone, bound to the arguments of the last ``run``.
-        ``optimize=True`` compiles with XLA's default optimisations instead of
-        ``compiler_options`` (slower to compile, faster to run).
         """
         compiled = self._compiled_fit
         if compiled is None:
@@ -891,8 +889,7 @@ class LaplaceMatching:
                 args, kwargs, _ = inputs(dynamic)
                 return fn(*arrays, args, kwargs)
 
-            # optimize: XLA's default backend optimisations, for loops that run long
-            compiled.extra[name] = jax.jit(call, compiler_options=None if optimize else self.compiler_options)
+            compiled.extra[name] = jax.jit(call, compiler_options=usable_compiler_options(self.compiler_options))
         return partial(compiled.extra[name], self._dynamic)
 
     def to_inference_data(

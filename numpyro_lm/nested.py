@@ -69,9 +69,9 @@ from .families.base import basis_log_prob
 from .laplace import trial_newton_minimize
 
 __all__ = [
-    "NonFiniteStart", "ModeSearch", "NestedDesign", "PointFits", "LATTICE", "CCD_F0", "MAX_CCD_DIM",
+    "NonFiniteStart", "ModeSearch", "NestedDesign", "PointFits", "LATTICE", "CCD_F0", "MAX_CCD_DIM", "CELL_BOUND",
     "site_values", "x_positions", "conditional_fit", "point_params", "matched_normaliser", "mean_shift", "explore", "lattice",
-    "ccd_points", "integrate", "mixture_moments", "quantile_sites", "draw",
+    "cell_moments", "cell_draws", "ccd_points", "integrate", "mixture_moments", "quantile_sites", "draw",
 ]
 
 # (step, log-density drop) of the lattice in standardised units, by dimension
@@ -79,6 +79,7 @@ LATTICE = {1: (0.5, 8.0), 2: (0.75, 9.0), 3: (1.0, 10.5)}
 MAX_HALF = 10.0  # the lattice's extent, standardised units from the mode
 CCD_F0 = 1.1
 MAX_CCD_DIM = 10
+CELL_BOUND = 20.0  # |g| h and c h^2 of a lattice cell's log density (cell_moments is exact below)
 
 
 class NonFiniteStart(ValueError):
@@ -115,6 +116,8 @@ class NestedDesign(NamedTuple):
     x_mean: np.ndarray  # (K, Dx) conditional means: the modes moved by mean_shift
     x_cov: np.ndarray  # (K, Dx, Dx) conditional covariances
     x_slope: np.ndarray  # (K, Dx, d) d x_mean / d z: x | theta ~ N(x_mean_k + slope_k (z - z_k), x_cov_k)
+    cell_slope: np.ndarray  # (K, d) lattice: log p~ inside the cell is g.u - sum c u^2 / 2, u = z - z_k
+    cell_curvature: np.ndarray  # (K, d) (zeros for a CCD)
     point_params: dict  # {site: matched family params (K, ...)} of the quantile sites' conditionals
     uncoupled: np.ndarray  # (Dx,) coordinates with no conditional precision to any other
     edge_mass: float  # weight of the design's edge (lattice)
@@ -378,7 +381,9 @@ def lattice(marginal: Callable, mode, scale, x_mode):
     fits = jax.tree.map(lambda *a: np.concatenate(a), *waves)
     finite = {p: i for i, (p, lp) in enumerate(zip(points, fits.log_density)) if np.isfinite(lp)}
     edge = np.array([any(n not in finite for n in _neighbours(p)) for p in points])
-    return step, np.array(points, np.float64) * step, fits, edge, _lattice_slopes(points, finite, fits.x + fits.shift, step)
+    slopes = _lattice_slopes(points, finite, fits.x + fits.shift, step)
+    shape = _cell_shapes(points, finite, np.asarray(fits.log_density, np.float64), step)
+    return step, np.array(points, np.float64) * step, fits, edge, slopes, shape
 
 
 def _lattice_slopes(points, finite, x, step):
@@ -397,6 +402,84 @@ def _lattice_slopes(points, finite, x, step):
             elif down is not None:
                 slopes[i, :, a] = (x[i] - x[down]) / step
     return slopes
+
+
+def _cell_shapes(points, finite, logp, step):
+    """``(g, c)``, each ``(K, d)``: gradient and curvature of ``log p~`` in ``z`` at each point.
+
+    Along each axis, the quadratic through the point and its two neighbours, or where one
+    is missing (the design's edge) through the point and the next two on the other side,
+    or the line through two points: exact for a Gaussian marginal. The curvature is
+    floored at zero (a convex stretch is drawn from its tangent) and both are bounded
+    (``|g| h <= 20``, ``c h^2 <= 20``) so that :func:`cell_moments` stays exact; the same
+    values define the draws' density.
+    """
+    d = len(points[0])
+    g, c = np.zeros((len(points), d)), np.zeros((len(points), d))
+    for i, p in enumerate(points):
+        for a in range(d):
+            def at(k):
+                return finite.get(p[:a] + (p[a] + k,) + p[a + 1 :])
+
+            up, down = at(1), at(-1)
+            if up is not None and down is not None:
+                g[i, a] = (logp[up] - logp[down]) / (2 * step)
+                c[i, a] = -(logp[up] - 2 * logp[i] + logp[down]) / step**2
+                continue
+            side = 1 if up is not None else -1
+            near, far = at(side), at(2 * side)
+            if near is None:
+                continue
+            if far is not None:
+                c[i, a] = -(logp[far] - 2 * logp[near] + logp[i]) / step**2
+            # f(s h) = f(0) + g s h - c h^2 / 2
+            g[i, a] = side * ((logp[near] - logp[i]) / step + 0.5 * c[i, a] * step)
+    bound = CELL_BOUND / step
+    return np.clip(g, -bound, bound), np.clip(c, 0.0, bound / step)
+
+
+_GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(24)
+
+
+def cell_moments(g, c, step):
+    r"""Log mass, mean and variance of ``u`` on ``[-h/2, h/2]`` under :math:`e^{g u - c u^2/2}`.
+
+    Each ``(..., d)``; by 24-point Gauss-Legendre quadrature, exact to rounding for
+    ``|g| h, c h^2 <= 20`` (the integrand is entire; the error term is of order
+    :math:`(|g|h/2)^{48}/48!`). ``g = c = 0`` gives ``log h``, ``0``, ``h^2/12``.
+    """
+    u = 0.5 * step * _GL_NODES
+    log_f = g[..., None] * u - 0.5 * c[..., None] * u**2 + np.log(0.5 * step * _GL_WEIGHTS)
+    top = np.max(log_f, axis=-1, keepdims=True)
+    f = np.exp(log_f - top)
+    mass = np.sum(f, axis=-1)
+    mean = np.sum(f * u, axis=-1) / mass
+    var = np.maximum(np.sum(f * u**2, axis=-1) / mass - mean**2, 0.0)
+    return np.log(mass) + top[..., 0], mean, var
+
+
+def cell_draws(rng: np.random.Generator, g, c, step):
+    r"""``u`` on ``[-h/2, h/2]`` with density :math:`\propto e^{g u - c u^2/2}` (``c >= 0``), elementwise.
+
+    Inverse CDF of the tangent :math:`e^{g u}`, then rejection with probability
+    :math:`1 - e^{-c u^2/2}` (acceptance at least :math:`e^{-c h^2/8}`).
+    """
+    g, c = np.asarray(g, np.float64), np.asarray(c, np.float64)
+    u = np.empty(g.shape)
+    todo = np.ones(g.shape, bool)
+    while np.any(todo):
+        gt, ct = g[todo], c[todo]
+        v = rng.uniform(size=gt.shape)
+        a = 0.5 * gt * step
+        with np.errstate(divide="ignore", invalid="ignore"):
+            tilted = np.logaddexp(np.log1p(-v) - a, np.log(v) + a) / gt
+        new = np.where(np.abs(a) < 1e-8, (v - 0.5) * step, tilted)
+        new = np.clip(new, -0.5 * step, 0.5 * step)
+        accept = rng.uniform(size=gt.shape) <= np.exp(-0.5 * ct * new**2)
+        idx = np.flatnonzero(todo)
+        u.flat[idx[accept]] = new[accept]
+        todo.flat[idx[accept]] = False
+    return u
 
 
 def _least_squares_slope(z, x):
@@ -465,8 +548,9 @@ def integrate(marginal: Callable, search: ModeSearch, theta_index, x_index, slop
     sigma = np.ones((d, 2))
     if d in LATTICE:
         kind = "lattice"
-        step, z, fits, edge, slopes = lattice(marginal, mode, scale, x_mode)
-        log_w = np.asarray(fits.log_density, np.float64)
+        step, z, fits, edge, slopes, (g, c) = lattice(marginal, mode, scale, x_mode)
+        # the cell's mass: log p~ at the point times the integral of its local quadratic
+        log_w = np.asarray(fits.log_density, np.float64) + np.sum(cell_moments(g, c, step)[0] - np.log(step), 1)
     else:
         kind, step = "ccd", 0.0
         z, log_volume = ccd_points(d)
@@ -478,6 +562,7 @@ def integrate(marginal: Callable, search: ModeSearch, theta_index, x_index, slop
         finite = np.isfinite(logp)
         slope = _least_squares_slope(z[finite], np.asarray(fits.x + fits.shift, np.float64)[finite])
         slopes = np.broadcast_to(slope, (len(z),) + slope.shape)
+        g = c = np.zeros_like(z)
     ok = np.isfinite(log_w) & np.all(np.isfinite(fits.cov), axis=(1, 2))
     log_w = np.where(ok, log_w, -np.inf)
     log_w = log_w - (np.max(log_w) + np.log(np.sum(np.exp(log_w - np.max(log_w)))))
@@ -488,7 +573,8 @@ def integrate(marginal: Callable, search: ModeSearch, theta_index, x_index, slop
         kind=kind, theta_index=theta_index, x_index=x_index, mode=mode, scale=scale, step=step, sigma=sigma,
         z=z[keep], theta=mode + z[keep] @ scale.T, log_weights=log_w[keep] - np.log(np.sum(w[keep])),
         x_mode=np.asarray(kept.x, np.float64), x_mean=np.asarray(kept.x + kept.shift, np.float64), x_cov=np.asarray(kept.cov, np.float64),
-        x_slope=np.asarray(slopes)[keep] * slope_cols[:, None], point_params=kept.params, uncoupled=np.all(kept.uncoupled, axis=0), edge_mass=float(np.sum(w[edge])),
+        x_slope=np.asarray(slopes)[keep] * slope_cols[:, None], cell_slope=g[keep], cell_curvature=c[keep],
+        point_params=kept.params, uncoupled=np.all(kept.uncoupled, axis=0), edge_mass=float(np.sum(w[edge])),
         num_outer_iter=search.num_iter, num_evaluations=search.num_evaluations + len(z),
     )
 
@@ -497,20 +583,25 @@ def mixture_moments(design: NestedDesign, size: int):
     """Mean and covariance over all flat coordinates of the design's mixture."""
     w = np.exp(design.log_weights)
     ti, xi = design.theta_index, design.x_index
+    slope, scale = design.x_slope, design.scale
+    # on a lattice z - z_k has the cell's density (mean m_k, variances v_k per axis) and
+    # x's mean follows it along the point's slope; a CCD's points carry no spread
+    if design.kind == "lattice":
+        _, m, v = cell_moments(design.cell_slope, design.cell_curvature, design.step)
+    else:
+        m = v = np.zeros_like(design.z)
+    theta = design.theta + m @ scale.T
+    x_mean = design.x_mean + np.einsum("kia,ka->ki", slope, m)
     mean = np.zeros(size)
-    mean[ti] = w @ design.theta
-    mean[xi] = w @ design.x_mean
-    dt = design.theta - mean[ti]
-    dx = design.x_mean - mean[xi]
-    # on a lattice z is uniform inside its cell (covariance step^2/12 I), and x's mean
-    # follows it with the point's slope
-    var_z = design.step**2 / 12.0
-    slope = design.x_slope
+    mean[ti] = w @ theta
+    mean[xi] = w @ x_mean
+    dt = theta - mean[ti]
+    dx = x_mean - mean[xi]
     cov = np.zeros((size, size))
-    cov[np.ix_(ti, ti)] = (dt * w[:, None]).T @ dt + var_z * design.scale @ design.scale.T
+    cov[np.ix_(ti, ti)] = (dt * w[:, None]).T @ dt + np.einsum("ia,k,ka,ja->ij", scale, w, v, scale)
     cov[np.ix_(xi, xi)] = (np.einsum("k,kij->ij", w, design.x_cov) + (dx * w[:, None]).T @ dx
-                           + var_z * np.einsum("k,kia,kja->ij", w, slope, slope))
-    cross = (dt * w[:, None]).T @ dx + var_z * np.einsum("k,ia,kja->ij", w, design.scale, slope)
+                           + np.einsum("kia,k,ka,kja->ij", slope, w, v, slope))
+    cross = (dt * w[:, None]).T @ dx + np.einsum("ia,k,ka,kja->ij", scale, w, v, slope)
     cov[np.ix_(ti, xi)] = cross
     cov[np.ix_(xi, ti)] = cross.T
     return mean, 0.5 * (cov + cov.T)
@@ -574,10 +665,12 @@ def draw(rng: np.random.Generator, design: NestedDesign, layout, num_samples: in
     if design.kind == "lattice":
         w = np.exp(design.log_weights)
         k = rng.choice(w.size, size=num_samples, p=w / w.sum())
-        u = rng.uniform(-0.5, 0.5, (num_samples, d)) * design.step  # z - z_k
+        g, c = design.cell_slope[k], design.cell_curvature[k]
+        u = cell_draws(rng, g, c, design.step)  # z - z_k
         theta = design.theta[k] + u @ design.scale.T
-        log_cell = d * math.log(design.step) + np.linalg.slogdet(design.scale)[1]
-        log_q = design.log_weights[k] - log_cell
+        log_mass = cell_moments(design.cell_slope, design.cell_curvature, design.step)[0]
+        log_cell = np.sum(g * u - 0.5 * c * u**2 - log_mass[k], 1)
+        log_q = design.log_weights[k] + log_cell - np.linalg.slogdet(design.scale)[1]
     else:
         z, log_q = _split_normal(rng, design.sigma, num_samples)
         theta = design.mode + z @ design.scale.T

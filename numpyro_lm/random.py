@@ -29,7 +29,9 @@ def _generator(bits, stream: int):
 
 def host_generator(rng_key, stream: int = 0) -> np.random.Generator:
     """A NumPy generator seeded by a concrete JAX key and a stream number (host-side work)."""
-    return _generator(np.asarray(key_bits(rng_key)), stream)
+    if jnp.issubdtype(rng_key.dtype, jax.dtypes.prng_key):
+        rng_key = jax.random.key_data(rng_key)
+    return _generator(np.asarray(rng_key), stream)  # ravelled on the host: no eager program
 
 
 def standard_normal(rng_key, shape: tuple, dtype=None, stream: int = 0):

@@ -94,6 +94,8 @@ def gaussian_from_cov(mean, cov) -> Gaussian:
     """A :class:`~numpyro_lm.laplace.Gaussian` from its mean and covariance."""
     cov = 0.5 * (cov + cov.T)
     eigval, eigvec = jnp.linalg.eigh(cov)
+    # the precision's eigenvalues ascending, as everywhere else (reversed: 1 / ascending)
+    eigval, eigvec = eigval[::-1], eigvec[:, ::-1]
     return Gaussian(mean, (eigvec / eigval) @ eigvec.T, 1.0 / eigval, eigvec, cov)
 
 

@@ -77,6 +77,8 @@ def test_refine_works_in_float32(x32):
     lm = LaplaceMatching(mixture, refine="eig").run(KEY)
     d = lm.diagnostics()
     assert d["refine_elbo_after"] >= d["refine_elbo_before"] and np.all(np.isfinite(lm.gaussian.cov))
+    # the refined Gaussian's precision eigenvalues ascend, as the Laplace fit's do
+    assert 0 < d["hessian_min_eigenvalue"] <= d["hessian_max_eigenvalue"]
 
 
 def test_unknown_refine_is_refused():
