@@ -1,7 +1,8 @@
 """Nested Laplace (hyper=...) against NUTS on hierarchical models: time and accuracy.
 
 For each model, side by side in one process (float32, 2-core CPU): the nested LM fit
-(cold: first call with compilation; warm: median of 5 compiled calls) against NumPyro
+(cold: first call with compilation; warm: median of 5 compiled calls; and warm again for
+a fit compiled with XLA's full optimisations, ``compiler_options=None``) against NumPyro
 NUTS (1 chain, 1000 warmup + 1000 draws; cold and a second, compiled call), and the
 accuracy of the nested and the joint LM fits against the long NUTS reference of
 ``tests/data`` (worst coordinate: |mean error| in reference SDs, |SD ratio - 1|).
@@ -50,20 +51,26 @@ def bench(name):
     warm = np.median([timed(lambda i=i: lm.run(jax.random.PRNGKey(i), *args, **kwargs).get_samples())
                       for i in range(1, 6)])
     nested = errors(lm.get_samples(), ref)
+    # the same fit compiled with XLA's full optimisations (compiler_options=None): slower
+    # to compile, faster to rerun
+    optimised = LaplaceMatching(model, hyper=HYPER[name], num_samples=4000, progress_bar=False, compiler_options=None)
+    optimised.run(jax.random.PRNGKey(0), *args, **kwargs)
+    warm_opt = np.median([timed(lambda i=i: optimised.run(jax.random.PRNGKey(i), *args, **kwargs).get_samples())
+                          for i in range(1, 6)])
     joint = errors(LaplaceMatching(model, num_samples=4000, progress_bar=False)
                    .run(jax.random.PRNGKey(0), *args, **kwargs).get_samples(), ref)
     mcmc = MCMC(NUTS(model), num_warmup=1000, num_samples=1000, progress_bar=False, jit_model_args=True)
     nuts_cold = timed(lambda: (mcmc.run(jax.random.PRNGKey(0), *args, **kwargs), mcmc.get_samples())[1])
     nuts_warm = timed(lambda: (mcmc.run(jax.random.PRNGKey(1), *args, **kwargs), mcmc.get_samples())[1])
     print(f"| {name} | {HYPER[name]} | {cold:.2f} | {nuts_cold:.2f} | {nuts_cold / cold:.1f} | {1e3 * warm:.1f} | "
-          f"{nuts_warm:.2f} | {nuts_warm / warm:.0f} | {nested[0]:.3f} / {nested[1]:.3f} | "
-          f"{joint[0]:.2f} / {joint[1]:.2f} |", flush=True)
+          f"{nuts_warm:.2f} | {nuts_warm / warm:.0f} | {1e3 * warm_opt:.1f} ({nuts_warm / warm_opt:.0f}x) | "
+          f"{nested[0]:.3f} / {nested[1]:.3f} | {joint[0]:.2f} / {joint[1]:.2f} |", flush=True)
 
 
 def main(names):
     print("| model | hyper | nested cold s | NUTS cold s | cold x | nested warm ms | NUTS warm s | warm x | "
-          "nested mean err / sd err | joint LM mean err / sd err |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "warm ms, compiler_options=None | nested mean err / sd err | joint LM mean err / sd err |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name in names:
         bench(name)
 

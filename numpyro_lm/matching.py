@@ -62,6 +62,7 @@ from .laplace import (
 from .inference_data import to_inference_data
 from .marginals import is_elementwise, matched_params
 from .nested import (
+    BATCH,
     MAX_CCD_DIM,
     NestedDesign,
     NonFiniteStart,
@@ -676,7 +677,7 @@ class LaplaceMatching:
         inner = self._jitted("nested_marginal", inner)
         bar = tqdm(desc="nested Laplace inner fits", unit="fit", disable=not self.progress_bar, delay=2.0)
 
-        def batched(fn, *arrays, batch=8):
+        def batched(fn, *arrays, batch=BATCH):
             # fixed-size batches: one compilation serves the stencil, the line search and the
             # design; padding and gathering on the host (eager JAX slicing costs more than the fit)
             n, pad = len(arrays[0]), -len(arrays[0]) % batch

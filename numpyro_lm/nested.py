@@ -69,7 +69,7 @@ from .families.base import basis_log_prob
 from .laplace import trial_newton_minimize
 
 __all__ = [
-    "NonFiniteStart", "ModeSearch", "NestedDesign", "PointFits", "LATTICE", "CCD_F0", "MAX_CCD_DIM", "CELL_BOUND",
+    "NonFiniteStart", "ModeSearch", "NestedDesign", "PointFits", "LATTICE", "CCD_F0", "MAX_CCD_DIM", "CELL_BOUND", "BATCH",
     "site_values", "x_positions", "conditional_fit", "point_params", "matched_normaliser", "mean_shift", "explore", "lattice",
     "cell_moments", "cell_draws", "ccd_points", "integrate", "mixture_moments", "quantile_sites", "draw",
 ]
@@ -79,6 +79,7 @@ LATTICE = {1: (0.5, 8.0), 2: (0.75, 9.0), 3: (1.0, 10.5)}
 MAX_HALF = 10.0  # the lattice's extent, standardised units from the mode
 CCD_F0 = 1.1
 MAX_CCD_DIM = 10
+BATCH = 8  # inner fits per compiled call (one program for the stencil, the line search and the design)
 CELL_BOUND = 20.0  # |g| h and c h^2 of a lattice cell's log density (cell_moments is exact below)
 
 
@@ -249,7 +250,10 @@ def mean_shift(neg_log_density: Callable, theta, x, cov):
 
 
 def _stencil(d: int) -> np.ndarray:
-    """Central-difference offsets: 0, +-e_i, and (+-e_i +-e_j) for i < j."""
+    """Central-difference offsets: 0, +-e_i, and +-(e_i + e_j) for i < j.
+
+    ``1 + d^2`` points (7 in 2-D: one batch of inner fits).
+    """
     points = [np.zeros(d)]
     for i in range(d):
         for s in (1.0, -1.0):
@@ -258,11 +262,10 @@ def _stencil(d: int) -> np.ndarray:
             points.append(e)
     for i in range(d):
         for j in range(i + 1, d):
-            for si in (1.0, -1.0):
-                for sj in (1.0, -1.0):
-                    e = np.zeros(d)
-                    e[i], e[j] = si, sj
-                    points.append(e)
+            for s in (1.0, -1.0):
+                e = np.zeros(d)
+                e[i] = e[j] = s
+                points.append(e)
     return np.array(points)
 
 
@@ -277,9 +280,11 @@ def _derivatives(values: np.ndarray, h: np.ndarray, d: int):
     k = 1 + 2 * d
     for i in range(d):
         for j in range(i + 1, d):
-            fpp, fpm, fmp, fmm = values[k : k + 4]
-            hess[i, j] = hess[j, i] = (fpp - fpm - fmp + fmm) / (4 * h[i] * h[j])
-            k += 4
+            fpp, fmm = values[k : k + 2]
+            # f(++) + f(--) - 2 f0 = h_i^2 H_ii + h_j^2 H_jj + 2 h_i h_j H_ij + O(h^4)
+            diagonal = sum(values[1 + 2 * a] + values[2 + 2 * a] - 2 * f0 for a in (i, j))
+            hess[i, j] = hess[j, i] = (fpp + fmm - 2 * f0 - diagonal) / (2 * h[i] * h[j])
+            k += 2
     return grad, hess
 
 
@@ -359,25 +364,41 @@ def lattice(marginal: Callable, mode, scale, x_mode):
     d = mode.size
     step, drop = LATTICE[d]
     limit = int(round(MAX_HALF / step))
-    points, waves, seen = [], [], set()
-    wave, parents = [(0,) * d], [np.asarray(x_mode)]
+    points, waves, modes = [], [], {}
+    wave, starts = [(0,) * d], [np.asarray(x_mode)]
     top = -np.inf
     while wave:
         z = np.array(wave, np.float64) * step
-        fits = marginal(mode + z @ scale.T, np.stack(parents), True)
+        fits = marginal(mode + z @ scale.T, np.stack(starts), True)
         points += wave
-        seen.update(wave)
         waves.append(fits)
         logp = np.asarray(fits.log_density, np.float64)
         top = max(top, float(np.max(logp)))
         following = {}
         for i, point in enumerate(wave):
+            modes[point] = fits.x[i]
+        for i, point in enumerate(wave):
             if not logp[i] >= top - drop:  # below the cut (or not finite): not expanded
                 continue
             for n in _neighbours(point):
-                if max(abs(c) for c in n) <= limit and n not in seen and n not in following:
-                    following[n] = fits.x[i]  # warm start from this neighbour's x*
-        wave, parents = list(following), list(following.values())
+                if max(abs(c) for c in n) <= limit and n not in modes and n not in following:
+                    # warm start: x* extrapolated linearly from this point and the one behind it
+                    behind = modes.get(tuple(2 * p - q for p, q in zip(point, n)))
+                    x = fits.x[i]
+                    following[n] = x if behind is None or not np.all(np.isfinite(behind)) else 2 * x - behind
+        # fill the last batch of inner fits with the next ring out (free: padding otherwise)
+        ring = list(following.items())
+        room = -len(following) % BATCH
+        while room and ring:
+            ahead = {}
+            for point, x in ring:
+                for n in _neighbours(point):
+                    if (len(ahead) < room and max(abs(c) for c in n) <= limit and n not in modes
+                            and n not in following and n not in ahead):
+                        ahead[n] = x
+            following.update(ahead)
+            ring, room = list(ahead.items()), room - len(ahead)
+        wave, starts = list(following), list(following.values())
     fits = jax.tree.map(lambda *a: np.concatenate(a), *waves)
     finite = {p: i for i, (p, lp) in enumerate(zip(points, fits.log_density)) if np.isfinite(lp)}
     edge = np.array([any(n not in finite for n in _neighbours(p)) for p in points])
