@@ -290,9 +290,11 @@ class LaplaceMatching:
     :param int refine_max_iter: L-BFGS iterations of the refinement.
     :param dict compiler_options: XLA options for the compiled fit (``jax.jit``'s
         ``compiler_options``). The default, ``FAST_COMPILE``, turns off LLVM's backend
-        optimisations: compilation is two to three times faster and the small dense
-        linear algebra of a Laplace fit runs about as fast. Pass ``None`` for XLA's
-        defaults on models whose log density is expensive to evaluate.
+        optimisations and uses XLA:CPU's elemental emitters: the first call compiles two
+        to four times faster, and the small dense linear algebra of a Laplace fit runs
+        about as fast. A nested fit (``hyper=``) runs its inner fits up to three times
+        slower so compiled: pass ``None`` (XLA's defaults) for models whose log density
+        is expensive to evaluate, or to refit the same model many times.
     """
 
     def __init__(

@@ -18,8 +18,11 @@ vectorised call), standardise :math:`\theta = \theta^* + V\Lambda^{-1/2} z`, and
   3-D) explored outwards from the mode, as INLA's grid strategy does: the neighbours of a
   point are evaluated while the point's log density is within ``drop`` (8, 9, 10.5) of the
   mode's, so skewed marginals (a scale's log has a heavy tail towards zero) get the
-  extent they need on each side, each inner fit warm-started from its neighbour's
-  conditional mode. Equal cell volumes: weights :math:`\propto \tilde p(\theta_k \mid y)`.
+  extent they need on each side, each inner fit warm-started from the conditional mode
+  extrapolated from its neighbours. Inside the cell of each point :math:`\log\tilde p` is
+  its local quadratic along each axis (central differences of the lattice values,
+  :func:`cell_moments`): weights :math:`\propto \tilde p(\theta_k \mid y)\prod_a
+  \int_{-h/2}^{h/2} e^{g_a u - c_a u^2/2}\,du`, exact for a Gaussian marginal.
   The *edge* is the set of points with a neighbour left out of the design; its share of
   the weight is small by construction (below 1e-3 for a Gaussian marginal) unless the
   lattice hit its extent (10 standardised units) or inner fits failed;
@@ -30,7 +33,9 @@ vectorised call), standardise :math:`\theta = \theta^* + V\Lambda^{-1/2} z`, and
   second moments exactly (:math:`c = 1 - f_0^{-2}` at the centre, :math:`1/(K f_0^2)` at
   each of the ``K`` others): weights :math:`\propto c_k \tilde p(\theta_k\mid y)/\phi(z_k)`.
 
-Draws. On a lattice: a cell by weight, :math:`z` uniform inside it, and
+Draws. On a lattice: a cell by weight, :math:`z` inside it from the cell's density
+(:func:`cell_draws`; a uniform :math:`z` would make the importance weights vary with the
+marginal's slope across each cell: k-hat 0.72 on eight schools), and
 :math:`x \mid z \sim N(m_k + S_k (z - z_k), H_k^{-1})`, the cell's conditional Gaussian
 with its mean following :math:`z` along the slope :math:`S_k` of the conditional means
 between the point's lattice neighbours. For a CCD, :math:`z` is drawn from a split normal

@@ -6,11 +6,13 @@ import numpy as np
 import pytest
 
 from numpyro_lm.laplace import (
+    FAST_COMPILE,
     evaluate,
     gaussian_from_eigh,
     initial_state,
     lbfgs_minimize,
     newton_minimize,
+    usable_compiler_options,
     value_grad_hessian,
 )
 
@@ -79,3 +81,17 @@ def test_gaussian_from_eigh_and_sampling():
 def test_not_positive_definite_gives_nan_covariance():
     g = gaussian_from_eigh(jnp.zeros(2), jnp.diag(jnp.array([1.0, -1.0])), jnp.array([-1.0, 1.0]), jnp.eye(2))
     assert not bool(jnp.all(jnp.isfinite(g.cov)))
+
+
+def test_fast_compile_options_unknown_to_this_jaxlib_are_dropped(monkeypatch):
+    import numpyro_lm.laplace as laplace
+
+    # this jaxlib knows both of FAST_COMPILE's options: they are kept and compile
+    assert usable_compiler_options(FAST_COMPILE) == FAST_COMPILE
+    assert float(jax.jit(lambda x: 2 * x, compiler_options=usable_compiler_options(FAST_COMPILE))(1.0)) == 2.0
+    # one it does not know (as on an older jaxlib) is dropped; a user's own is passed on
+    fast = dict(FAST_COMPILE, xla_no_such_option=True)
+    monkeypatch.setattr(laplace, "FAST_COMPILE", fast)
+    assert usable_compiler_options(fast) == FAST_COMPILE
+    assert "xla_user_option" in usable_compiler_options({"xla_user_option": 1})
+    assert usable_compiler_options(None) is None
