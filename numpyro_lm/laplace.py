@@ -112,6 +112,9 @@ def value_grad_hessian(fn: Callable, x):
     basis = jnp.eye(x.shape[-1], dtype=x.dtype)
     jvp = jax.vmap(lambda v: jax.jvp(jax.value_and_grad(fn), (x,), (v,)), out_axes=((None, None), (0, 0)))
     (value, grad), (_, hess) = jvp(basis)
+    # materialised once: XLA would otherwise fuse the D x D tangent computation into each
+    # consumer (symmetrisation, the loop's state selects) and run it there again
+    hess = jnp.matmul(hess, jnp.eye(hess.shape[-1], dtype=hess.dtype), precision=lax.Precision.HIGHEST)
     return value, grad, hess
 
 
