@@ -165,11 +165,13 @@ def conditional_fit(neg_log_density: Callable, theta, x0, tol: float, max_iter: 
     converge get ``log p~ = -inf`` (no weight).
     """
     state = trial_newton_minimize(lambda x: neg_log_density(theta, x), x0, tol, max_iter)
-    eigval, eigvec = state.eigenvalues, state.eigenvectors
-    ok = jnp.all(eigval > 0) & state.converged & state.fresh
-    log_marginal = -state.value - 0.5 * jnp.sum(jnp.log(jnp.where(ok, eigval, 1.0)))
+    ok = state.positive & state.converged & state.fresh
+    root = jnp.diagonal(state.chol)
+    log_marginal = -state.value - jnp.sum(jnp.log(jnp.where(ok, root, 1.0)))
     log_marginal = jnp.where(ok & jnp.isfinite(log_marginal), log_marginal, -jnp.inf)
-    cov = (eigvec / jnp.where(ok, eigval, jnp.nan)) @ eigvec.T
+    eye = jnp.eye(x0.shape[-1], dtype=x0.dtype)
+    cov = jax.scipy.linalg.cho_solve((state.chol, True), eye)
+    cov = jnp.where(ok, 0.5 * (cov + cov.T), jnp.nan)
     off_diagonal = state.hess * (1 - jnp.eye(state.hess.shape[-1], dtype=state.hess.dtype))
     uncoupled = jnp.all(off_diagonal == 0, axis=-1)
     return PointFits(log_marginal, state.x, cov, jnp.diagonal(state.hess), uncoupled, {}, jnp.zeros_like(state.x))
@@ -228,19 +230,19 @@ def mean_shift(neg_log_density: Callable, theta, x, cov):
     The Gaussian :math:`q = N(m, \Sigma)` closest in KL to the conditional satisfies
     :math:`E_q[\nabla f] = 0` (Stein), :math:`f` the negative log density in ``x``. One
     Newton step from the mode with the Laplace covariance, the expectation by sigma points
-    :math:`x^* \pm \sqrt{\lambda_i} u_i` along the covariance's principal axes,
+    :math:`x^* \pm a_i`, :math:`a_i` the columns of any square root of :math:`\Sigma` (its
+    Cholesky factor: the third-derivative term only sees :math:`\sum_i a_i a_i^T = \Sigma`),
 
     .. math:: \delta = -\Sigma\Big(\nabla f(x^*) + \tfrac12 \sum_i
-              \big[\nabla f(x^* + \sqrt{\lambda_i} u_i) + \nabla f(x^* - \sqrt{\lambda_i} u_i)
-              - 2\nabla f(x^*)\big]\Big)
+              \big[\nabla f(x^* + a_i) + \nabla f(x^* - a_i) - 2\nabla f(x^*)\big]\Big)
               \approx -\tfrac12 \Sigma\, \nabla_x \log\det H(x^*),
 
     a mean correction in the spirit of the simplified Laplace approximation (Rue et al.
     2009, sec. 3.2.3), its third derivatives by differences of gradients. Capped at one conditional
     SD per coordinate; zero where a gradient is not finite. ``2 Dx + 1`` gradients.
     """
-    eigval, eigvec = jnp.linalg.eigh(cov)
-    axes = (eigvec * jnp.sqrt(jnp.maximum(eigval, 0.0))).T
+    # any square root of the covariance serves (sum_i a_i a_i' = cov): its Cholesky factor
+    axes = jnp.linalg.cholesky(cov).T
     points = jnp.concatenate([x + axes, x - axes, x[None]])
     grads = jax.vmap(jax.grad(lambda y: neg_log_density(theta, y)))(points)
     n = x.shape[-1]

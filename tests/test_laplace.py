@@ -11,7 +11,9 @@ from numpyro_lm.laplace import (
     gaussian_from_eigh,
     initial_state,
     lbfgs_minimize,
+    modified_cholesky,
     newton_minimize,
+    trial_newton_minimize,
     usable_compiler_options,
     value_grad_hessian,
 )
@@ -56,6 +58,33 @@ def test_newton_escapes_a_saddle():
     assert bool(state.converged)
     np.testing.assert_allclose(jnp.abs(state.x), jnp.array([0.0, jnp.sqrt(2.0)]), atol=1e-8)
     assert float(jnp.min(state.eigenvalues)) > 0
+
+
+def test_trial_newton_converges_from_a_non_convex_start():
+    # Rosenbrock from (-1.2, 1, 0.5): indefinite Hessians on the way (modified Cholesky steps)
+    state = trial_newton_minimize(rosenbrock, jnp.array([-1.2, 1.0, 0.5]), 1e-9, 500)
+    assert bool(state.converged) and bool(state.positive) and bool(state.fresh)
+    np.testing.assert_allclose(state.x, jnp.ones(3), rtol=1e-8)
+    np.testing.assert_allclose(state.chol @ state.chol.T, jax.hessian(rosenbrock)(state.x), rtol=1e-10)
+    # and on the saddle function: the shifted factor moves away from y = 0
+    fn = lambda v: v[0] ** 2 - v[1] ** 2 + 0.25 * v[1] ** 4
+    state = trial_newton_minimize(fn, jnp.array([1.0, 1e-3]), 1e-9, 200)
+    assert bool(state.converged)
+    np.testing.assert_allclose(jnp.abs(state.x), jnp.array([0.0, jnp.sqrt(2.0)]), atol=1e-8)
+
+
+@pytest.mark.parametrize("eigenvalues", [[1.0, 2.0, 3.0], [-1.0, 0.5, 4.0], [-2.0, -1.0, -0.5]])
+def test_modified_cholesky_is_exact_or_positive_definite(eigenvalues):
+    q = jnp.linalg.qr(jax.random.normal(jax.random.PRNGKey(0), (3, 3)))[0]
+    hess = (q * jnp.array(eigenvalues)) @ q.T
+    chol, positive = modified_cholesky(hess)
+    assert bool(positive) == (min(eigenvalues) > 0)
+    if positive:
+        np.testing.assert_allclose(chol @ chol.T, hess, atol=1e-12)
+    else:  # hess + mu I with mu past Gershgorin's bound: a positive definite factor
+        shift = chol @ chol.T - hess
+        np.testing.assert_allclose(shift, shift[0, 0] * jnp.eye(3), atol=1e-12)
+        assert float(shift[0, 0]) + min(eigenvalues) > 0
 
 
 def test_lbfgs_then_newton():
