@@ -240,7 +240,7 @@ def trial_newton_minimize(fn: Callable, x0, tol: float, max_iter) -> TrialNewton
     holds two, the line search's and the Hessian's): about half the tracing and XLA
     compilation, at the price of a full evaluation per rejected trial, which warm starts
     rarely need. Steps solve with :func:`modified_cholesky` (a Cholesky factorisation
-    costs a tenth of the eigendecomposition ``newton_minimize`` uses; where the Hessian is
+    costs about a quarter of the eigendecomposition ``newton_minimize`` uses; where the Hessian is
     not positive definite the shifted one gives a descent direction). ``max_iter`` counts
     evaluations. On return the state is ``fresh``: its gradient, Hessian and factor belong
     to ``x``; convergence (as in :func:`newton_minimize`) needs a positive definite Hessian.

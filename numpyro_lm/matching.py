@@ -49,7 +49,6 @@ from .families import family_names, get_family
 from .laplace import (
     FAST_COMPILE,
     Gaussian,
-    usable_compiler_options,
     OptimState,
     default_tol,
     evaluate,
@@ -58,6 +57,7 @@ from .laplace import (
     singular_floor,
     lbfgs_minimize,
     newton_minimize,
+    usable_compiler_options,
 )
 from .inference_data import to_inference_data
 from .marginals import is_elementwise, matched_params
