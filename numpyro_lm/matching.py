@@ -172,6 +172,15 @@ class _Finite(NamedTuple):
     cov: jnp.ndarray
     params: dict
 
+    @classmethod
+    def of(cls, value, gaussian, params) -> "_Finite":
+        """Whether ``value``, the Gaussian's covariance and each site's params are finite."""
+        return cls(
+            value=jnp.isfinite(value),
+            cov=jnp.all(jnp.isfinite(gaussian.cov)),
+            params={k: jnp.all(jnp.array([jnp.all(jnp.isfinite(v)) for v in p.values()])) for k, p in params.items()},
+        )
+
 
 class MatchedPosterior(Mapping):
     """``{site: numpyro Distribution}``: each site's matched family on its own domain."""
@@ -458,12 +467,7 @@ class LaplaceMatching:
                 params=params,
                 samples=samples,
                 flat=flat,
-                finite=_Finite(
-                    value=jnp.isfinite(state.value),
-                    cov=jnp.all(jnp.isfinite(gaussian.cov)),
-                    params={k: jnp.all(jnp.array([jnp.all(jnp.isfinite(v)) for v in p.values()]))
-                            for k, p in params.items()},
-                ),
+                finite=_Finite.of(state.value, gaussian, params),
                 refinement=refinement,
             )
 
@@ -473,7 +477,7 @@ class LaplaceMatching:
             # one key serves both
             return finish(start(rng_key, dynamic, until, at_origin), rng_key, dynamic, num_samples)
 
-        jit = partial(jax.jit, compiler_options=usable_compiler_options(self.compiler_options))
+        jit = partial(jax.jit, compiler_options=self._xla_options)
         return _Compiled(
             layout=layout,
             fit=jit(start_and_finish, static_argnums=(3, 4)),
@@ -726,12 +730,7 @@ class LaplaceMatching:
         def match(mean, cov, args, kwargs):
             gaussian = gaussian_from_cov(mean, cov)
             params = matched_params(layout, gaussian.mean, gaussian.cov)
-            finite = _Finite(
-                value=jnp.asarray(True),
-                cov=jnp.all(jnp.isfinite(gaussian.cov)),
-                params={k: jnp.all(jnp.array([jnp.all(jnp.isfinite(v)) for v in p.values()])) for k, p in params.items()},
-            )
-            return gaussian, params, finite
+            return gaussian, params, _Finite.of(0.0, gaussian, params)  # the mode search ran on the host
 
         # host arrays throughout: an eager jnp conversion compiles a program of its own
         gaussian, params, finite = self._jitted("nested_match", match)(
@@ -760,7 +759,7 @@ class LaplaceMatching:
                 args, kwargs, init_params = compiled.inputs(dynamic)
                 return init_values(model, layout, choice, self._strategy(init_params), rng_key, args, kwargs)
 
-            compiled.extra["start"] = jax.jit(start, compiler_options=usable_compiler_options(self.compiler_options))
+            compiled.extra["start"] = jax.jit(start, compiler_options=self._xla_options)
         return np.asarray(compiled.extra["start"](rng_key, self._dynamic), np.float64)
 
     def _nested_draws(self, key, num_samples: int):
@@ -876,6 +875,11 @@ class LaplaceMatching:
             fields = {k: v[None] for k, v in fields.items()}
         return fields
 
+    @property
+    def _xla_options(self) -> Optional[dict]:
+        """``compiler_options`` as this jaxlib takes them (see ``usable_compiler_options``)."""
+        return usable_compiler_options(self.compiler_options)
+
     def _jitted(self, name: str, fn: Callable) -> Callable:
         """``fn(*arrays, args, kwargs)`` jit-compiled once per model and argument shapes.
 
@@ -892,7 +896,7 @@ class LaplaceMatching:
                 args, kwargs, _ = inputs(dynamic)
                 return fn(*arrays, args, kwargs)
 
-            compiled.extra[name] = jax.jit(call, compiler_options=usable_compiler_options(self.compiler_options))
+            compiled.extra[name] = jax.jit(call, compiler_options=self._xla_options)
         return partial(compiled.extra[name], self._dynamic)
 
     def to_inference_data(

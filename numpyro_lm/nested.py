@@ -414,6 +414,11 @@ def lattice(marginal: Callable, mode, scale, x_mode):
     return step, np.array(points, np.float64) * step, fits, edge, slopes, shape
 
 
+def _along(finite, point, axis, k):
+    """Index of the finite lattice point ``k`` steps from ``point`` along ``axis`` (or None)."""
+    return finite.get(point[:axis] + (point[axis] + k,) + point[axis + 1 :])
+
+
 def _lattice_slopes(points, finite, x, step):
     """``(K, Dx, d)`` derivatives of the conditional means in ``z``: central differences
     between a point's lattice neighbours, one-sided where one is missing, zero if both are."""
@@ -421,8 +426,7 @@ def _lattice_slopes(points, finite, x, step):
     slopes = np.zeros(x.shape + (d,))
     for i, p in enumerate(points):
         for a in range(d):
-            up = finite.get(p[:a] + (p[a] + 1,) + p[a + 1 :])
-            down = finite.get(p[:a] + (p[a] - 1,) + p[a + 1 :])
+            up, down = _along(finite, p, a, 1), _along(finite, p, a, -1)
             if up is not None and down is not None:
                 slopes[i, :, a] = (x[up] - x[down]) / (2 * step)
             elif up is not None:
@@ -446,16 +450,13 @@ def _cell_shapes(points, finite, logp, step):
     g, c = np.zeros((len(points), d)), np.zeros((len(points), d))
     for i, p in enumerate(points):
         for a in range(d):
-            def at(k):
-                return finite.get(p[:a] + (p[a] + k,) + p[a + 1 :])
-
-            up, down = at(1), at(-1)
+            up, down = _along(finite, p, a, 1), _along(finite, p, a, -1)
             if up is not None and down is not None:
                 g[i, a] = (logp[up] - logp[down]) / (2 * step)
                 c[i, a] = -(logp[up] - 2 * logp[i] + logp[down]) / step**2
                 continue
             side = 1 if up is not None else -1
-            near, far = at(side), at(2 * side)
+            near, far = _along(finite, p, a, side), _along(finite, p, a, 2 * side)
             if near is None:
                 continue
             if far is not None:
