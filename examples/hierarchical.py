@@ -30,7 +30,8 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro.infer import MCMC, NUTS
 
-from numpyro_lm import LaplaceMatching, plot_marginals
+from numpyro_lm import LaplaceMatching
+from numpyro_lm.plotting import plot_marginals
 
 OUTPUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "output")
 

@@ -2,63 +2,60 @@
 
 ``LaplaceMatching(model)`` replaces ``MCMC(NUTS(model))`` where a fast, closed-form
 posterior is wanted: each latent site gets its matched exponential family (Gamma, Beta,
-Dirichlet, Normal, ...) on its own domain.
+Dirichlet, Normal, ...) on its own domain. ``run_many`` fits many data sets in one
+compiled program, ``sbc`` checks calibration on simulated data, and the pure core
+(``model_info``, ``laplace``) vmaps and jits like any JAX function.
+
+Everything else lives in submodules: ``numpyro_lm.bridge`` (the Laplace Bridge for
+classifier logits), ``numpyro_lm.compare`` (LM, NUTS and ESS side by side),
+``numpyro_lm.plotting``, ``numpyro_lm.diagnostics`` (PSIS), ``numpyro_lm.bases`` and
+``numpyro_lm.families`` (the registries).
 """
 
 from .adapters import EllipticalSlice, warm_nuts
-from .bridge import (
-    condition_zero_sum,
-    dirichlet_beta_marginals,
-    laplace_bridge,
-    lb_norm,
-    uncertainty_aware_top_k,
-)
-from .bases import Basis, basis_names, get_basis, register_basis
-from .families import (
-    MatchedFamily,
-    family_bases,
-    family_names,
-    get_family,
-    register_family,
-    register_prior_family,
-)
-from .compare import Comparison, compare
-from .diagnostics import PSIS, khat_verdict, psis
-from .inference_data import to_inference_data
-from .laplace import Gaussian
-from .matching import LaplaceMatching, MatchedPosterior, NotPositiveDefiniteError
-from .plotting import plot_marginals
+from .bases import register_basis
+from .curvature import Gaussian
+from .errors import NotPositiveDefiniteError
+from .families import get_family, register_family, register_prior_family
+from .laplace import LaplaceState, laplace
+from .matching import LaplaceMatching
+from .model import ModelInfo, model_info
+from .sbc import SBCResult, sbc
 
 __version__ = "0.1.0"
 
 __all__ = [
     "LaplaceMatching",
-    "MatchedPosterior",
     "NotPositiveDefiniteError",
+    "sbc",
+    "SBCResult",
+    "model_info",
+    "ModelInfo",
+    "laplace",
+    "LaplaceState",
     "Gaussian",
-    "Basis",
-    "register_basis",
-    "basis_names",
-    "get_basis",
-    "MatchedFamily",
-    "register_family",
-    "family_names",
-    "family_bases",
-    "register_prior_family",
-    "get_family",
-    "laplace_bridge",
-    "condition_zero_sum",
-    "lb_norm",
-    "dirichlet_beta_marginals",
-    "uncertainty_aware_top_k",
-    "to_inference_data",
-    "plot_marginals",
-    "psis",
-    "PSIS",
-    "khat_verdict",
     "warm_nuts",
     "EllipticalSlice",
-    "compare",
-    "Comparison",
+    "register_basis",
+    "register_family",
+    "register_prior_family",
+    "get_family",
     "__version__",
 ]
+
+_MOVED = {
+    "plot_marginals": "numpyro_lm.plotting", "laplace_bridge": "numpyro_lm.bridge",
+    "condition_zero_sum": "numpyro_lm.bridge", "lb_norm": "numpyro_lm.bridge",
+    "dirichlet_beta_marginals": "numpyro_lm.bridge", "uncertainty_aware_top_k": "numpyro_lm.bridge",
+    "psis": "numpyro_lm.diagnostics", "PSIS": "numpyro_lm.diagnostics", "khat_verdict": "numpyro_lm.diagnostics",
+    "to_inference_data": "numpyro_lm.inference_data", "Comparison": "numpyro_lm.compare",
+    "basis_names": "numpyro_lm.bases", "get_basis": "numpyro_lm.bases", "Basis": "numpyro_lm.bases",
+    "family_names": "numpyro_lm.families", "family_bases": "numpyro_lm.families",
+    "MatchedFamily": "numpyro_lm.families", "MatchedPosterior": "numpyro_lm.posterior",
+}
+
+
+def __getattr__(name):
+    if name in _MOVED:
+        raise AttributeError(f"numpyro_lm.{name} moved to {_MOVED[name]}: from {_MOVED[name]} import {name}")
+    raise AttributeError(f"module 'numpyro_lm' has no attribute {name!r}")

@@ -6,11 +6,13 @@ Gaussian), and per coordinate ``i`` of a site matched elementwise map
 CDF expressed in the basis coordinate (log-Gamma, logit-Beta). Every coordinate then has
 exactly its matched marginal, and the rank correlations of the Laplace Gaussian are kept.
 Families that are Gaussian in the basis (Normal, MultivariateNormal, the transformed
-Gaussian) use ``z`` itself. Sites matched per vector without a univariate quantile
-(the Dirichlet) are drawn exactly from their family, independently of the other sites:
-their dependence on the rest of the model is *not* kept (documented limitation).
+Gaussian) use ``z`` itself. Sites matched per vector without a univariate quantile (the
+Dirichlet) are drawn exactly from their family, independently of the other sites: their
+dependence on the rest of the model is *not* kept (documented limitation). The joint draw
+is ``z = mu + S eps`` through the curvature's ``inv_sqrt``, ``eps`` from ``jax.random``
+(:func:`numpyro_lm.random.normal_rows`): reproducible from the key, under ``jax.vmap`` too.
 
-The draws stay in basis coordinates; :func:`numpyro_lm.trace.constrain` maps them back
+The draws stay in basis coordinates; :meth:`numpyro_lm.model.ModelInfo.constrain` maps them back
 through the model, so supports that depend on other sites use the drawn values.
 
 The density of a draw (:func:`copula_log_density`), needed for importance weights, is the
@@ -33,19 +35,34 @@ import numpy as np
 from jax.scipy.special import ndtr
 from jax.scipy.stats import norm
 
+from .curvature import Gaussian
 from .families import get_family
 from .families.base import basis_log_prob
-from .laplace import Gaussian
 from .marginals import site_marginal
-from .random import key_bits
+from .random import normal_rows
 from .trace import Layout
 
 __all__ = ["copula_draws", "copula_log_density"]
 
 
+def _keys(rng_key):
+    """``(key of the joint Gaussian draw, key of the independent sites' draws)``."""
+    return jax.random.fold_in(rng_key, 0), jax.random.fold_in(rng_key, 1)
+
+
+def _noise(rng_key, gaussian: Gaussian, num_samples: int):
+    """The standard normal draws behind the joint Gaussian draw ``z = mean + S eps``."""
+    return normal_rows(_keys(rng_key)[0], num_samples, gaussian.mean.shape, gaussian.mean.dtype)
+
+
 def copula_draws(rng_key, gaussian: Gaussian, layout: Layout, params: dict, num_samples: int):
-    """``(num_samples, D)`` draws in basis coordinates (see the module docstring)."""
-    z = gaussian.sample(rng_key, num_samples, stream=num_samples)
+    """``(num_samples, D)`` draws in basis coordinates (see the module docstring).
+
+    Reproducible from ``rng_key``; more draws extend fewer (draw ``i`` does not depend on
+    ``num_samples``).
+    """
+    z = gaussian.mean + gaussian.curvature.inv_sqrt(_noise(rng_key, gaussian, num_samples))
+    site_keys = _keys(rng_key)[1]
     columns = []
     for i, site in enumerate(layout.sites):
         family = get_family(site.family, site.basis)
@@ -53,37 +70,36 @@ def copula_draws(rng_key, gaussian: Gaussian, layout: Layout, params: dict, num_
         if family.copula == "gaussian":
             y = z_site
         elif family.copula == "quantile":
-            mean, var = site_marginal(site, family, gaussian.mean, gaussian.cov)
+            mean, var = site_marginal(site, family, gaussian)
             u = ndtr((z_site - mean) / jnp.sqrt(var))
             y = family.basis_quantile(params[site.name], u)
         else:
-            site_key = key_bits(rng_key)[-2:] ^ jnp.asarray([i + 1, num_samples], jnp.uint32)
-            y = family.sample_basis(site_key, params[site.name], (num_samples,))
+            y = family.sample_basis(jax.random.fold_in(site_keys, i), params[site.name], num_samples)
         columns.append(y.reshape((num_samples, site.size)))
     return jnp.concatenate(columns, axis=1)
 
 
-def _gaussian_log_density(z, gaussian: Gaussian, index: np.ndarray):
+def _gaussian_log_density(eps, z, gaussian: Gaussian, index: np.ndarray):
     """``log N(z[:, index]; mean, cov)`` of the Gaussian's marginal over ``index``."""
-    d = z[:, index] - gaussian.mean[index]
-    if index.size == gaussian.mean.shape[-1]:  # the whole Gaussian: reuse its eigenvectors
-        quad = jnp.sum(gaussian.eigenvalues * jnp.square(d @ gaussian.eigenvectors), axis=-1)
-        log_det = -jnp.sum(jnp.log(gaussian.eigenvalues))
+    d = index.size
+    if d == gaussian.mean.shape[-1]:  # the whole Gaussian: z - mean = S eps
+        quad, log_det = jnp.sum(jnp.square(eps), axis=-1), -gaussian.curvature.logdet()
     else:
-        chol = jnp.linalg.cholesky(gaussian.cov[np.ix_(index, index)])
-        white = jax.scipy.linalg.solve_triangular(chol, d.T, lower=True)
-        quad = jnp.sum(jnp.square(white), axis=0)
-        log_det = 2.0 * jnp.sum(jnp.log(jnp.diagonal(chol)))
-    return -0.5 * (quad + log_det + index.size * jnp.log(2.0 * jnp.pi))
+        chol = jnp.linalg.cholesky(gaussian.curvature.block(index))
+        white = jax.scipy.linalg.solve_triangular(chol, (z[:, index] - gaussian.mean[index]).T, lower=True)
+        quad, log_det = jnp.sum(jnp.square(white), axis=0), 2.0 * jnp.sum(jnp.log(jnp.diagonal(chol)))
+    return -0.5 * (quad + log_det + d * jnp.log(2.0 * jnp.pi))
 
 
-def copula_log_density(y, z, gaussian: Gaussian, layout: Layout, params: dict):
-    """``log q`` of draws ``y (num_samples, D)`` made by :func:`copula_draws` from ``z``.
+def copula_log_density(y, rng_key, gaussian: Gaussian, layout: Layout, params: dict):
+    """``log q`` of draws ``y (num_samples, D)`` made by :func:`copula_draws` with ``rng_key``.
 
-    ``z`` is the joint Gaussian draw the copula used (``gaussian.sample`` with the same
-    key and ``stream=num_samples``); see the module docstring for the formula.
+    The joint Gaussian draw the copula used is regenerated from the key (not stored); see
+    the module docstring for the formula.
     """
     num_samples = y.shape[0]
+    eps = _noise(rng_key, gaussian, num_samples)
+    z = gaussian.mean + gaussian.curvature.inv_sqrt(eps)
     joint, log_q = [], jnp.zeros(num_samples, y.dtype)
     for site in layout.sites:
         family = get_family(site.family, site.basis)
@@ -95,10 +111,10 @@ def copula_log_density(y, z, gaussian: Gaussian, layout: Layout, params: dict):
             continue
         joint.append(index)
         if family.copula == "quantile":
-            mean, var = site_marginal(site, family, gaussian.mean, gaussian.cov)
+            mean, var = site_marginal(site, family, gaussian)
             s = (z[:, index].reshape(y_site.shape) - mean) / jnp.sqrt(var)
             term = 0.5 * jnp.log(var) + basis_log_prob(family, params[site.name], y_site) - norm.logpdf(s)
             log_q = log_q + jnp.sum(term.reshape((num_samples, -1)), axis=1)
     if joint:
-        log_q = log_q + _gaussian_log_density(z, gaussian, np.concatenate(joint))
+        log_q = log_q + _gaussian_log_density(eps, z, gaussian, np.concatenate(joint))
     return log_q

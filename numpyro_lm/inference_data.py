@@ -68,11 +68,12 @@ def _observed_names(trace) -> list:
 
 
 def _model_trace(lm):
-    """The user's model traced at the LM mode (no LM-internal Jacobian factors)."""
-    mode = lm._mode_trace()
-    values = {s.name: mode[s.name]["value"] for s in lm.layout.sites}
+    """The user's model traced at the LM mean (no LM-internal Jacobian factors)."""
+    args, kwargs = lm.model_args, lm.model_kwargs
+    values = lm.model_info.constrain(lm.gaussian.mean, args, kwargs)
+    values = {s.name: values[s.name] for s in lm.layout.sites}
     model = handlers.substitute(handlers.seed(lm.model, 0), data=values)
-    return handlers.trace(model).get_trace(*lm._args, **lm._kwargs)
+    return handlers.trace(model).get_trace(*args, **kwargs)
 
 
 def _constant_data(model, args, kwargs, observed: dict) -> dict:
@@ -124,7 +125,10 @@ def to_inference_data(
     """
     import arviz as az
 
-    model, args, kwargs = lm.model, lm._args, lm._kwargs
+    if lm.batch_size is not None:
+        raise ValueError("to_inference_data describes one fit; this LaplaceMatching holds run_many's batch of "
+                         f"{lm.batch_size}. Use get_samples() (a leading axis per data set), or run() on one data set.")
+    model, args, kwargs = lm.model, lm.model_args, lm.model_kwargs
     samples = {k: np.asarray(v) for k, v in jax.device_get(lm.get_samples()).items()}
     trace = _model_trace(lm)
     observed_names = _observed_names(trace)

@@ -9,9 +9,9 @@ cov (..., d, d))`` with one block per batch entry.
 
 from __future__ import annotations
 
-import jax.numpy as jnp
 import numpy as np
 
+from .curvature import Gaussian
 from .families import MatchedFamily, get_family
 from .trace import Layout, SiteSpec
 
@@ -24,20 +24,20 @@ def is_elementwise(site: SiteSpec, family: MatchedFamily) -> bool:
     return site.basis_event_dim != 1
 
 
-def site_marginal(site: SiteSpec, family: MatchedFamily, mean, cov):
-    """The site's block of the flat Gaussian ``(mean (D,), cov (D, D))``."""
+def site_marginal(site: SiteSpec, family: MatchedFamily, gaussian: Gaussian):
+    """The site's marginal of the flat Gaussian, through its curvature's ``variance`` (elementwise)
+    or ``block`` (one block per event vector)."""
     index = np.arange(site.offset, site.offset + site.size)
-    site_mean = mean[index].reshape(site.basis_shape)
+    site_mean = gaussian.mean[index].reshape(site.basis_shape)
     if is_elementwise(site, family):
-        return site_mean, jnp.diagonal(cov)[index].reshape(site.basis_shape)
-    blocks = index.reshape(site.basis_shape)
-    return site_mean, cov[blocks[..., :, None], blocks[..., None, :]]
+        return site_mean, gaussian.curvature.variance()[index].reshape(site.basis_shape)
+    return site_mean, gaussian.curvature.block(index.reshape(site.basis_shape))
 
 
-def matched_params(layout: Layout, mean, cov) -> dict:
+def matched_params(layout: Layout, gaussian: Gaussian) -> dict:
     """``{site: params of its matched family}`` from the flat Gaussian."""
     out = {}
     for site in layout.sites:
         family = get_family(site.family, site.basis)
-        out[site.name] = family.from_gaussian(*site_marginal(site, family, mean, cov))
+        out[site.name] = family.from_gaussian(*site_marginal(site, family, gaussian))
     return out

@@ -1,10 +1,14 @@
-"""Standard normal draws for the copula, generated on the host from a JAX key.
+"""Random draws from JAX keys, reproducible and stable in the number of draws.
 
-XLA on CPU compiles JAX's threefry normal generator in a few tenths of a second per
-call site, which is most of the cold cost of a small Laplace fit. The draws need no
-derivatives, so they come from NumPy's PCG64 through ``jax.pure_callback``, seeded by the
-key's bits and a ``stream`` number: the same key gives the same draws, different streams
-give independent ones.
+Draw ``i`` comes from ``jax.random.fold_in(rng_key, i)``: the same key gives the same
+draws, under ``jax.jit`` and ``jax.vmap`` alike, and asking for more draws extends the
+first ones instead of replacing them. Gamma variates (for the Dirichlet and Wishart
+families) come from uniforms through the Gamma quantile function, which JAX lacks and
+:mod:`numpyro_lm.quantiles` computes on the host (a ``pure_callback`` that vmaps): exact,
+and no rejection sampler to compile.
+
+The NumPy helpers at the end serve host-side work (nested Laplace's mixture draws,
+importance resampling), seeded from a concrete key.
 """
 
 from __future__ import annotations
@@ -13,56 +17,50 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["standard_normal", "log_gamma", "host_log_gamma", "key_bits", "host_generator"]
+from .quantiles import gamma_log_quantile
+
+__all__ = ["normal_rows", "uniform_rows", "log_gamma", "host_generator", "host_log_gamma"]
 
 
-def key_bits(rng_key):
-    """The raw ``uint32`` bits of a JAX key (new-style typed or legacy ``uint32[2]``)."""
-    if jnp.issubdtype(rng_key.dtype, jax.dtypes.prng_key):
-        return jax.random.key_data(rng_key).ravel()
-    return rng_key.ravel()
+def _rows(draw, rng_key, num_rows: int):
+    return jax.vmap(lambda i: draw(jax.random.fold_in(rng_key, i)))(jnp.arange(num_rows))
 
 
-def _generator(bits, stream: int):
-    return np.random.default_rng([int(b) for b in np.asarray(bits, np.uint32).ravel()] + [stream])
+def normal_rows(rng_key, num_rows: int, shape: tuple = (), dtype=None):
+    """``(num_rows,) + shape`` standard normal draws, row ``i`` from ``fold_in(rng_key, i)``."""
+    dtype = jnp.result_type(float) if dtype is None else dtype
+    return _rows(lambda k: jax.random.normal(k, shape, dtype), rng_key, num_rows)
+
+
+def uniform_rows(rng_key, num_rows: int, shape: tuple = (), dtype=None):
+    """``(num_rows,) + shape`` uniforms on ``(0, 1)`` (never exactly 0), row by row as above."""
+    dtype = jnp.result_type(float) if dtype is None else dtype
+    tiny = jnp.finfo(dtype).tiny
+    return _rows(lambda k: jax.random.uniform(k, shape, dtype, minval=tiny), rng_key, num_rows)
+
+
+def log_gamma(rng_key, concentration, num_rows: int):
+    r"""``log X``, ``X ~ Gamma(concentration, 1)``: ``(num_rows,) + concentration.shape`` draws.
+
+    By inversion, :math:`\log F^{-1}(U)`, so the log stays finite for concentrations far
+    below one, where Gamma draws underflow to zero.
+    """
+    concentration = jnp.asarray(concentration)
+    dtype = jnp.result_type(concentration, float)
+    u = uniform_rows(rng_key, num_rows, concentration.shape, dtype)
+    return gamma_log_quantile(concentration, jnp.ones((), dtype), u)
 
 
 def host_generator(rng_key, stream: int = 0) -> np.random.Generator:
     """A NumPy generator seeded by a concrete JAX key and a stream number (host-side work)."""
     if jnp.issubdtype(rng_key.dtype, jax.dtypes.prng_key):
         rng_key = jax.random.key_data(rng_key)
-    return _generator(np.asarray(rng_key), stream)  # ravelled on the host: no eager program
-
-
-def standard_normal(rng_key, shape: tuple, dtype=None, stream: int = 0):
-    """``N(0, 1)`` draws of ``shape``, reproducible from ``rng_key`` and ``stream``."""
-    dtype = jnp.result_type(float) if dtype is None else dtype
-
-    def host(bits):
-        return _generator(bits, stream).standard_normal(shape).astype(dtype)
-
-    return jax.pure_callback(host, jax.ShapeDtypeStruct(shape, dtype), key_bits(rng_key), vmap_method="sequential")
-
-
-def log_gamma(rng_key, concentration, shape: tuple, stream: int = 0):
-    r"""``log X`` with ``X ~ Gamma(concentration, 1)`` of ``shape`` (batch shape last).
-
-    Uses :math:`X \overset{d}{=} Y U^{1/\alpha}` with ``Y ~ Gamma(alpha + 1)`` and
-    ``U ~ Uniform(0, 1)``, so the log stays finite for concentrations far below one,
-    where Gamma draws underflow to zero.
-    """
-    dtype = jnp.result_type(concentration, float)
-
-    def host(bits, alpha):
-        alpha = np.broadcast_to(np.asarray(alpha, np.float64), shape)
-        return host_log_gamma(_generator(bits, stream), alpha).astype(dtype)
-
-    return jax.pure_callback(
-        host, jax.ShapeDtypeStruct(shape, dtype), key_bits(rng_key), concentration, vmap_method="sequential"
-    )
+    bits = np.asarray(rng_key, np.uint32).ravel()  # on the host: no eager program
+    return np.random.default_rng([int(b) for b in bits] + [stream])
 
 
 def host_log_gamma(rng: np.random.Generator, concentration) -> np.ndarray:
-    """NumPy twin of :func:`log_gamma`: ``log X``, ``X ~ Gamma(concentration, 1)`` (float64)."""
+    """NumPy twin of :func:`log_gamma` (float64), by :math:`X = Y U^{1/\\alpha}`,
+    ``Y ~ Gamma(alpha + 1)``: finite for tiny concentrations."""
     alpha = np.asarray(concentration, np.float64)
     return np.log(rng.standard_gamma(alpha + 1.0)) + np.log(rng.random(alpha.shape)) / alpha

@@ -13,7 +13,7 @@ The covariance "roots" ``C`` (paper Table 1, plus its baseline):
 ======== =========================================== =============================== ==========
 method   root ``C``                                  initial value                   parameters
 ======== =========================================== =============================== ==========
-mean     :math:`C_{LA}` (Cholesky of Sigma_LA), fixed                                 D
+mean     :math:`C_{LA}`, fixed                                                        D
 eig      :math:`Q_{LA}\,\mathrm{diag}(r)`            ``r`` = sqrt of Sigma_LA's       2D
                                                      eigenvalues
 lowrank  :math:`C_{LA} + u v^\top`                   ``u, v ~ N(0, 0.01 I)``          3D
@@ -23,6 +23,11 @@ diag     :math:`\mathrm{diag}(\sigma)` (VI_diag)     ``sigma^2 = diag(Sigma_LA)`
 and :math:`\mu` starts at :math:`\mu_{LA}`. Entropies: :math:`\log|\det C_{LA}|`,
 :math:`\sum\log|r_i|`, :math:`\log|\det C_{LA}| + \log|1 + v^\top C_{LA}^{-1} u|` (matrix
 determinant lemma), :math:`\sum \log\sigma_i`.
+
+:math:`C_{LA} = S` is the Laplace curvature's square root (``inv_sqrt``:
+:math:`S S^\top = \Sigma_{LA}`); the paper takes the Cholesky factor, another root of the
+same covariance (the Gaussians reachable are the same). The refinement needs a dense
+root: it is meant for models of up to a few thousand coordinates.
 """
 
 from __future__ import annotations
@@ -31,11 +36,12 @@ from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jax.scipy.linalg import solve_triangular
 
-from .laplace import Gaussian, initial_state, lbfgs_minimize
+from .curvature import DenseCurvature, Gaussian
+from .laplace import LaplaceState
+from .optimize import lbfgs
 
-__all__ = ["REFINE_METHODS", "Refinement", "refine_gaussian", "gaussian_from_cov"]
+__all__ = ["REFINE_METHODS", "Refinement", "refine", "refine_gaussian", "evidence_lower_bound"]
 
 REFINE_METHODS = ("mean", "eig", "lowrank", "diag")
 
@@ -51,17 +57,17 @@ class Refinement(NamedTuple):
 
 def _roots(method: str, gaussian: Gaussian, noise):
     """``(initial parameters, params -> (mean, C, log|det C|))`` of a refinement."""
+    curv = gaussian.curvature
     d = gaussian.mean.shape[-1]
-    chol = jnp.linalg.cholesky(gaussian.cov)
-    log_det_chol = jnp.sum(jnp.log(jnp.diagonal(chol)))
+    root = curv.inv_sqrt(jnp.eye(d, dtype=gaussian.mean.dtype)).T  # S, S S' = H^-1
+    log_det_root = -0.5 * curv.logdet()
 
     if method == "mean":
-        return gaussian.mean, lambda p: (p, chol, log_det_chol)
+        return gaussian.mean, lambda p: (p, root, log_det_root)
     if method == "eig":
         # the eigenvectors of the precision are those of the covariance (eigenvalues 1/w)
-        q = gaussian.eigenvectors
-        r0 = 1.0 / jnp.sqrt(gaussian.eigenvalues)
-        return jnp.concatenate([gaussian.mean, r0]), lambda p: (
+        w, q = curv.spectrum()
+        return jnp.concatenate([gaussian.mean, 1.0 / jnp.sqrt(w)]), lambda p: (
             p[:d], q * p[d:], jnp.sum(jnp.log(jnp.abs(p[d:])))
         )
     if method == "lowrank":
@@ -69,12 +75,12 @@ def _roots(method: str, gaussian: Gaussian, noise):
 
         def unpack(p):
             u, v = p[d : 2 * d], p[2 * d :]
-            lemma = 1.0 + v @ solve_triangular(chol, u, lower=True)
-            return p[:d], chol + jnp.outer(u, v), log_det_chol + jnp.log(jnp.abs(lemma))
+            lemma = 1.0 + v @ curv.whiten(u)  # det(S + u v') = det S (1 + v' S^-1 u)
+            return p[:d], root + jnp.outer(u, v), log_det_root + jnp.log(jnp.abs(lemma))
 
         return jnp.concatenate([gaussian.mean, uv]), unpack
     if method == "diag":
-        log_sigma = 0.5 * jnp.log(jnp.diagonal(gaussian.cov))
+        log_sigma = 0.5 * jnp.log(curv.variance())
         return jnp.concatenate([gaussian.mean, log_sigma]), lambda p: (
             p[:d], jnp.diag(jnp.exp(p[d:])), jnp.sum(p[d:])
         )
@@ -88,15 +94,6 @@ def evidence_lower_bound(log_density: Callable, mean, root, log_det_root, z):
     # a draw outside the support (-inf, NaN) makes the bound -inf, as it should
     values = jnp.where(jnp.isnan(values), -jnp.inf, values)
     return jnp.mean(values) + log_det_root + 0.5 * d * jnp.log(2.0 * jnp.pi * jnp.e)
-
-
-def gaussian_from_cov(mean, cov) -> Gaussian:
-    """A :class:`~numpyro_lm.laplace.Gaussian` from its mean and covariance."""
-    cov = 0.5 * (cov + cov.T)
-    eigval, eigvec = jnp.linalg.eigh(cov)
-    # the precision's eigenvalues ascending, as everywhere else (reversed: 1 / ascending)
-    eigval, eigvec = eigval[::-1], eigvec[:, ::-1]
-    return Gaussian(mean, (eigvec / eigval) @ eigvec.T, 1.0 / eigval, eigvec, cov)
 
 
 def refine_gaussian(log_density: Callable, gaussian: Gaussian, method: str, z, noise, max_iter: int, gtol: float):
@@ -114,11 +111,26 @@ def refine_gaussian(log_density: Callable, gaussian: Gaussian, method: str, z, n
         return -evidence_lower_bound(log_density, *unpack(params), z)
 
     before = -negative_bound(params0)
-    state = lbfgs_minimize(negative_bound, initial_state(params0), gtol=gtol, max_iter=max_iter)
-    after = -state.value
+    params, num_iter, grad_norm = lbfgs(negative_bound, params0, gtol=gtol, max_iter=max_iter)
+    after = -negative_bound(params)
     # keep the Laplace Gaussian if the optimiser made the bound worse or not finite
     better = jnp.isfinite(after) & (after >= before)
-    params = jnp.where(better, state.x, params0)
-    mean, root, _ = unpack(params)
-    refined = gaussian_from_cov(mean, root @ root.T)
-    return refined, Refinement(before, jnp.where(better, after, before), state.num_iter, state.grad_norm)
+    mean, root, _ = unpack(jnp.where(better, params, params0))
+    refined = Gaussian(mean, DenseCurvature.from_covariance(root @ root.T))
+    return refined, Refinement(before, jnp.where(better, after, before), num_iter, grad_norm)
+
+
+def refine(log_density: Callable, state: LaplaceState, method: str, rng_key, *, num_samples: int = 1000,
+           max_iter: int = 200, gtol: float = 1e-3):
+    """MVI refinement of a Laplace fit: ``(LaplaceState, Refinement)``.
+
+    The ``num_samples`` fixed draws (and ``"lowrank"``'s initial ``u, v``) come from
+    ``rng_key``. The refined state keeps the mode's ``log_density`` and ``info``; its
+    ``mode`` and ``curvature`` are the refined Gaussian's mean and precision.
+    """
+    d = state.mode.shape[-1]
+    dtype = state.mode.dtype
+    z = jax.random.normal(jax.random.fold_in(rng_key, 0), (num_samples, d), dtype)
+    noise = jax.random.normal(jax.random.fold_in(rng_key, 1), (2 * d,), dtype)
+    refined, info = refine_gaussian(log_density, state.gaussian, method, z, noise, max_iter, gtol)
+    return state._replace(mode=refined.mean, curvature=refined.curvature), info

@@ -1,21 +1,21 @@
-"""From a NumPyro model to a log density over one flat vector of LM-basis coordinates.
+"""The latent sites of a NumPyro model and their place in one flat vector of LM-basis coordinates.
 
 ``trace_sites`` runs the model once (abstractly, under ``jax.eval_shape``) and returns a
 :class:`SiteSpec` per latent site: shapes, support, basis, matched family, prior, and
 where the site's coordinates sit in the flat vector. It refuses what a Laplace
 approximation cannot treat, naming the site.
 
-``potential`` and ``constrain`` run the model with every latent site substituted from the
-flat vector. The basis transform of a site is rebuilt from the support seen *in that
-run*, so a support that depends on another site (``Uniform(0, 1 - a)``) is always mapped
-with the current value of ``a``; NumPyro's own ``_unconstrain_reparam`` works the same
-way, and the log-Jacobian enters as a factor scaled like the site.
+``basis_value`` is the ``substitute_fn`` that runs the model with every latent site taken
+from basis coordinates (:class:`numpyro_lm.model.ModelInfo` builds on it). The basis
+transform of a site is rebuilt from the support seen *in that run*, so a support that
+depends on another site (``Uniform(0, 1 - a)``) is always mapped with the current value
+of ``a``; NumPyro's own ``_unconstrain_reparam`` works the same way, and the
+log-Jacobian enters as a factor scaled like the site.
 """
 
 from __future__ import annotations
 
 import math
-from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -23,14 +23,12 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 from numpyro import handlers
-from numpyro.distributions.distribution import validation_enabled
 from numpyro.distributions.util import sum_rightmost
-from numpyro.infer.util import log_density
 
 from .bases import Basis, basis_for_constraint, get_basis
 from .families import MatchedFamily, family_for_prior, get_family
 
-__all__ = ["SiteSpec", "Layout", "trace_sites", "potential", "constrain", "init_values", "unravel"]
+__all__ = ["SiteSpec", "Layout", "SiteChoice", "trace_sites", "site_transform", "basis_value", "unravel", "ravel"]
 
 
 class SiteSpec(NamedTuple):
@@ -90,21 +88,27 @@ def _is_latent(site) -> bool:
 
 
 class SiteChoice(NamedTuple):
-    """The user's per-site overrides, resolved to basis and family objects."""
+    """The user's per-site overrides (``{site: basis name}``, ``{site: family name}``),
+    kept as sorted pairs so that a choice is hashable (it keys compiled programs)."""
 
-    bases: dict
-    families: dict
+    bases: tuple = ()
+    families: tuple = ()
+
+    @classmethod
+    def of(cls, bases=None, families=None) -> "SiteChoice":
+        return cls(tuple(sorted(dict(bases or {}).items())), tuple(sorted(dict(families or {}).items())))
 
     def basis(self, site) -> Basis:
         name = site["name"]
-        if name in self.bases:
-            return get_basis(self.bases[name])
+        chosen = dict(self.bases).get(name)
+        if chosen is not None:
+            return get_basis(chosen)
         return basis_for_constraint(site["fn"].support)
 
     def family(self, site, basis: Basis) -> MatchedFamily:
         """The user's family, else the one registered for the prior, else the basis default."""
         name = site["name"]
-        chosen = self.families.get(name)
+        chosen = dict(self.families).get(name)
         if chosen is None:
             prior = type(site["fn"]).__name__
             chosen = family_for_prior(prior, basis.name) or basis.family
@@ -117,7 +121,7 @@ class SiteChoice(NamedTuple):
             ) from None
 
 
-def _transform(choice: SiteChoice, site):
+def site_transform(choice: SiteChoice, site):
     basis = choice.basis(site)
     try:
         return basis.transform(site["fn"].support)
@@ -129,13 +133,13 @@ def _transform(choice: SiteChoice, site):
         ) from e
 
 
-def _basis_value(params, choice: SiteChoice, site):
+def basis_value(params, choice: SiteChoice, site):
     """substitute_fn: basis coordinates -> constrained value, adding log|det J| as a factor."""
     name = site["name"]
     if name not in params or not _is_latent(site):
         return None
     y = params[name]
-    t = _transform(choice, site)
+    t = site_transform(choice, site)
     x = t(y)
     log_det = t.log_abs_det_jacobian(y, x)
     log_det = sum_rightmost(log_det, jnp.ndim(log_det) - jnp.ndim(x) + len(site["fn"].event_shape))
@@ -143,68 +147,6 @@ def _basis_value(params, choice: SiteChoice, site):
         log_det = site["scale"] * log_det
     numpyro.factor(f"_{name}_lm_log_det", log_det)
     return x
-
-
-def _substituted(model, layout: Layout, choice: SiteChoice, flat):
-    params = flat if isinstance(flat, dict) else unravel(layout, flat)
-    return handlers.substitute(model, substitute_fn=partial(_basis_value, params, choice))
-
-
-def potential(model, layout, choice, flat, args, kwargs):
-    """log p(x(y), data) + log|det dx/dy| at the flat basis coordinates ``flat``.
-
-    ``flat`` may also be ``{site: basis coordinates}``: sites whose values do not depend
-    on what is differentiated then carry no derivative work (a flat vector built by
-    scattering makes every coordinate's tangent dense).
-    """
-    # argument checks cannot fail on traced values: skip tracing them (a fifth of the time)
-    with validation_enabled(False):
-        log_joint, _ = log_density(_substituted(model, layout, choice, flat), args, kwargs, {})
-    return log_joint
-
-
-def constrain(model, layout, choice, flat, args, kwargs):
-    """Constrained values of the latent and deterministic sites at ``flat``."""
-    tr = handlers.trace(_substituted(model, layout, choice, flat)).get_trace(*args, **kwargs)
-    latent = {s.name for s in layout.sites}
-    return {
-        name: site["value"]
-        for name, site in tr.items()
-        if name in latent or site["type"] == "deterministic"
-    }
-
-
-def support_bounds(model, layout, choice, flat, args, kwargs):
-    """The bounds of every latent site's support at ``flat`` (to find dependent supports)."""
-    tr = handlers.trace(_substituted(model, layout, choice, flat)).get_trace(*args, **kwargs)
-    bounds = {}
-    for s in layout.sites:
-        support = tr[s.name]["fn"].support
-        while hasattr(support, "base_constraint"):
-            support = support.base_constraint
-        parts = [
-            jnp.ravel(jnp.asarray(getattr(support, attr), dtype=flat.dtype))
-            for attr in ("lower_bound", "upper_bound")
-            if hasattr(support, attr)
-        ]
-        bounds[s.name] = jnp.concatenate(parts) if parts else jnp.zeros((0,), flat.dtype)
-    return bounds
-
-
-def init_values(model, layout, choice, init_strategy, rng_key, args, kwargs):
-    """Flat basis coordinates of the initial point given by a numpyro init strategy.
-
-    Init strategies sample in numpyro's own unconstrained space; sites with flat priors
-    (``ImproperUniform``) fall back to ``init_to_uniform`` there, so nothing is ever
-    forward-sampled from a flat prior.
-    """
-    seeded = handlers.substitute(handlers.seed(model, rng_key), substitute_fn=init_strategy)
-    tr = handlers.trace(seeded).get_trace(*args, **kwargs)
-    values = {}
-    for s in layout.sites:
-        site = tr[s.name]
-        values[s.name] = jnp.broadcast_to(_transform(choice, site).inv(site["value"]), s.basis_shape)
-    return ravel(layout, values).astype(jnp.result_type(float))
 
 
 def _refuse(site, why: str, fix: str):
@@ -240,7 +182,7 @@ def trace_sites(model, args, kwargs, choice: SiteChoice, init_strategy, rng_key)
     found = []
     # only array arguments are traced: Python numbers stay concrete (plate sizes)
     leaves, treedef = jax.tree.flatten((args, kwargs))
-    is_array = [isinstance(leaf, (jax.Array, np.ndarray, np.generic)) for leaf in leaves]
+    is_array = [isinstance(leaf, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct)) for leaf in leaves]
 
     def run(rng_key, arrays):
         arrays = iter(arrays)
@@ -261,7 +203,7 @@ def trace_sites(model, args, kwargs, choice: SiteChoice, init_strategy, rng_key)
             _check_latent_site(site, subsampled)
             basis = choice.basis(site)
             family = choice.family(site, basis)
-            t = _transform(choice, site)
+            t = site_transform(choice, site)
             y = t.inv(site["value"])
             found.append((name, tuple(jnp.shape(site["value"])), basis.name, family.name,
                           type(site["fn"]).__name__, t.domain.event_dim,
@@ -270,7 +212,7 @@ def trace_sites(model, args, kwargs, choice: SiteChoice, init_strategy, rng_key)
         return out
 
     shapes = jax.eval_shape(run, rng_key, [x for x, a in zip(leaves, is_array) if a])
-    unknown = (set(choice.bases) | set(choice.families)) - set(shapes)
+    unknown = ({n for n, _ in choice.bases} | {n for n, _ in choice.families}) - set(shapes)
     if unknown:
         raise ValueError(
             f"bases/families name {sorted(unknown)}, which are not latent sample sites of the "

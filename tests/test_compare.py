@@ -7,7 +7,7 @@ import numpyro
 import numpyro.distributions as dist
 import pytest
 
-from numpyro_lm import compare
+from numpyro_lm.compare import compare
 
 
 def gamma_poisson(y):

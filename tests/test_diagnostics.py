@@ -88,7 +88,8 @@ def test_weights_constant_on_conjugate_model(x64):
     # evidence for every draw: this checks the copula density (Gamma, Beta, Dirichlet and
     # Normal terms and the Gaussian part) draw by draw
     lm = LaplaceMatching(conjugate).run(KEY)
-    log_p, log_q, weights = lm._weights()
+    fields = lm.get_extra_fields()
+    log_p, log_q = fields["lp"], fields["log_q"]
     np.testing.assert_allclose(log_p - log_q, np.mean(log_p - log_q), rtol=0, atol=1e-7)
     d = lm.diagnostics()
     assert d["pareto_k"] == -np.inf

@@ -11,7 +11,7 @@ from numpyro.infer.util import unconstrain_fn
 
 from numpyro_lm import LaplaceMatching
 from numpyro_lm.adapters import unconstrained_gaussian, warm_nuts
-from numpyro_lm.adapters.nuts import _numpyro_coordinates
+from numpyro_lm.adapters.nuts import numpyro_coordinates
 
 pytestmark = pytest.mark.usefixtures("x64")
 KEY = jax.random.PRNGKey(0)
@@ -45,7 +45,7 @@ def test_simplex_mode_and_covariance_in_stick_breaking_coordinates():
     counts = jnp.array([400.0, 300.0, 200.0, 100.0])
     lm = LaplaceMatching(dirichlet_counts).run(KEY, counts)
     _, mode, cov = unconstrained_gaussian(lm)
-    constrained = lm._mode_trace()["w"]["value"]
+    constrained = lm.model_info.constrain(lm.gaussian.mean, (counts,))["w"]
     expected = unconstrain_fn(dirichlet_counts, (counts,), {}, {"w": constrained})["w"]
     np.testing.assert_allclose(mode["w"], expected, rtol=1e-8)
     # J Sigma J' against the covariance of u(y) for y ~ N(mode, Sigma): the posterior SDs
@@ -53,7 +53,7 @@ def test_simplex_mode_and_covariance_in_stick_breaking_coordinates():
     # S draws is sqrt(C_ii C_jj / S): allow 5 of them
     g, num = lm.gaussian, 40000
     y = g.mean + np.random.default_rng(0).standard_normal((num, 3)) @ np.linalg.cholesky(g.cov).T
-    u = jax.vmap(lambda yi: _numpyro_coordinates(lm, yi, (counts,), {})[0]["w"])(jnp.asarray(y))
+    u = jax.vmap(lambda yi: numpyro_coordinates(lm.model_info, yi, (counts,), {})[0]["w"])(jnp.asarray(y))
     sd = np.sqrt(np.diag(cov))
     np.testing.assert_array_less(np.abs(cov - np.cov(np.asarray(u).T)), 0.02 * np.outer(sd, sd) + 5 * np.outer(sd, sd) / np.sqrt(num))
 

@@ -10,7 +10,8 @@ import numpyro.distributions as dist
 import pytest
 from scipy import stats
 
-from numpyro_lm import LaplaceMatching, plot_marginals
+from numpyro_lm import LaplaceMatching
+from numpyro_lm.plotting import plot_marginals
 from numpyro_lm.plotting import coordinate_density
 
 matplotlib.use("Agg")

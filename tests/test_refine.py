@@ -10,7 +10,7 @@ from jax.scipy.special import logsumexp
 from numpyro.distributions import constraints
 
 from numpyro_lm import LaplaceMatching
-from numpyro_lm.laplace import gaussian_from_eigh
+from numpyro_lm.curvature import DenseCurvature, Gaussian
 from numpyro_lm.refine import evidence_lower_bound, refine_gaussian
 
 pytestmark = pytest.mark.usefixtures("x64")
@@ -63,9 +63,7 @@ def test_refinement_never_lowers_the_bound(method):
     def log_p(w):
         return dist.Gumbel(0.0, 1.0).log_prob(w[0]) + dist.Normal(0.5 * w[0], 1.0).log_prob(w[1])
 
-    hess = -jax.hessian(log_p)(jnp.zeros(2))
-    eigval, eigvec = jnp.linalg.eigh(hess)
-    gaussian = gaussian_from_eigh(jnp.zeros(2), hess, eigval, eigvec)
+    gaussian = Gaussian(jnp.zeros(2), DenseCurvature.from_precision(-jax.hessian(log_p)(jnp.zeros(2))))
     z = jax.random.normal(KEY, (500, 2), dtype=jnp.float64)
     refined, info = refine_gaussian(log_p, gaussian, method, z, jnp.ones(4), max_iter=100, gtol=1e-6)
     assert float(info.elbo_after) > float(info.elbo_before)

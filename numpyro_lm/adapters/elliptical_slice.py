@@ -38,7 +38,6 @@ from numpyro.infer.mcmc import MCMCKernel
 from numpyro.infer.util import log_density
 from numpyro.util import is_prng_key
 
-from ..trace import constrain, init_values, potential
 
 __all__ = ["ESSState", "elliptical_slice_step", "EllipticalSlice"]
 
@@ -51,7 +50,7 @@ class ESSState(NamedTuple):
     log_likelihood: jnp.ndarray
     num_evals: jnp.ndarray  # likelihood evaluations of the last step (1 = first proposal taken)
     mean: jnp.ndarray
-    chol: jnp.ndarray
+    chol: jnp.ndarray  # a square root of the ellipse's covariance (Cholesky factor or the curvature's)
     rng_key: jnp.ndarray
 
 
@@ -143,16 +142,19 @@ class EllipticalSlice(MCMCKernel):
 
     sample_field = "z"
 
-    def __init__(self, model: Callable, *, _lm=None):
+    def __init__(self, model: Callable, *, laplace=None):
         self._model = model
-        self._lm = _lm
+        self._laplace = laplace  # (ModelInfo, Gaussian) of the Laplace ellipse, or None
         self._vectorized = False
 
     @classmethod
     def from_laplace(cls, lm) -> "EllipticalSlice":
-        """ESS over the LM basis with the fitted Laplace Gaussian of ``lm`` as the ellipse."""
-        lm._require_fit()
-        return cls(lm.model, _lm=lm)
+        """ESS over the LM basis with the fitted Laplace Gaussian of ``lm`` as the ellipse
+        (its ``model_info`` and ``gaussian``)."""
+        if lm.batch_size is not None:
+            raise ValueError("from_laplace needs one fit: this LaplaceMatching holds run_many's batch of fits. "
+                             "Fit the data set you want to sample with run().")
+        return cls(lm.model, laplace=(lm.model_info, lm.gaussian))
 
     @property
     def model(self):
@@ -194,13 +196,11 @@ class EllipticalSlice(MCMCKernel):
             )
 
     def _log_likelihood_fn(self, args, kwargs, mean, chol):
-        if self._lm is not None:
-            lm = self._lm
+        if self._laplace is not None:
+            info, gaussian = self._laplace
 
             def log_likelihood(y):
-                white = jax.scipy.linalg.solve_triangular(chol, y - mean, lower=True)
-                log_q = -0.5 * jnp.sum(white**2) - jnp.sum(jnp.log(jnp.diagonal(chol)))
-                return potential(lm.model, lm.layout, lm._choice, y, args, kwargs) - log_q
+                return info.log_density(y, args, kwargs) - gaussian.log_prob(y)
 
             return log_likelihood
         ellipse = self._ellipse
@@ -225,13 +225,14 @@ class EllipticalSlice(MCMCKernel):
 
     def _init_one(self, rng_key, init_params, args, kwargs):
         k_setup, k_init, rng_key = jax.random.split(rng_key, 3)
-        if self._lm is not None:
-            lm = self._lm
-            mean, chol = lm.gaussian.mean, jnp.linalg.cholesky(lm.gaussian.cov)
+        if self._laplace is not None:
+            info, gaussian = self._laplace
+            mean = gaussian.mean
+            chol = gaussian.curvature.inv_sqrt(jnp.eye(mean.shape[-1], dtype=mean.dtype)).T  # a root of the covariance
             if init_params is None:
                 z = mean + chol @ jax.random.normal(k_init, mean.shape, mean.dtype)
             else:
-                z = init_values(lm.model, lm.layout, lm._choice, init_to_value(values=init_params), k_init, args, kwargs)
+                z = info.init(k_init, args, kwargs, init_to_value(values=init_params))
         else:
             self._ellipse, mean, chol = self._model_setup(k_setup, args, kwargs)
             if init_params is None:
@@ -239,7 +240,7 @@ class EllipticalSlice(MCMCKernel):
             else:
                 z = jnp.concatenate([jnp.ravel(jnp.asarray(init_params[n])) for n in self._ellipse.names])
         if not bool(jnp.all(jnp.isfinite(chol))):
-            raise ValueError("the ellipse covariance is not positive definite (Cholesky failed)")
+            raise ValueError("the ellipse covariance is not positive definite (its square root is not finite)")
         log_likelihood = self._log_likelihood_fn(args, kwargs, mean, chol)(z)
         return ESSState(jnp.asarray(0), z, log_likelihood, jnp.asarray(0), mean, chol, rng_key)
 
@@ -253,9 +254,9 @@ class EllipticalSlice(MCMCKernel):
         return jax.vmap(one)(state) if self._vectorized else one(state)
 
     def postprocess_fn(self, model_args, model_kwargs):
-        if self._lm is not None:
-            lm = self._lm
-            return lambda z: constrain(lm.model, lm.layout, lm._choice, z, model_args, model_kwargs)
+        if self._laplace is not None:
+            info = self._laplace[0]
+            return lambda z: info.constrain(z, model_args, model_kwargs)
         ellipse, model = self._ellipse, self._model
 
         def to_sites(z):

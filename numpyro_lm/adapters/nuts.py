@@ -21,12 +21,11 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from numpyro import handlers
 from numpyro.distributions.transforms import biject_to
 from numpyro.infer import NUTS
 from numpyro.infer.initialization import init_to_value
 
-from ..trace import _substituted
+from ..programs import program
 
 __all__ = ["WarmStart", "unconstrained_gaussian", "warm_nuts", "DENSE_MAX_DIM"]
 
@@ -46,34 +45,40 @@ class WarmStart(NamedTuple):
     inverse_mass_matrix: dict
 
 
-def _numpyro_coordinates(lm, flat, args, kwargs):
-    """``({site: numpyro unconstrained value}, {site: constrained value})`` at ``flat``."""
-    model = _substituted(lm.model, lm.layout, lm._choice, flat)
-    tr = handlers.trace(model).get_trace(*args, **kwargs)
-    sites = [s.name for s in lm.layout.sites]
+def numpyro_coordinates(info, flat, args, kwargs):
+    """``({site: numpyro unconstrained value}, {site: constrained value})`` at basis coordinates ``flat``."""
+    tr = info.trace(flat, args, kwargs)
+    sites = [s.name for s in info.layout.sites]
     unconstrained = {n: biject_to(tr[n]["fn"].support).inv(tr[n]["value"]) for n in sites}
     return unconstrained, {n: tr[n]["value"] for n in sites}
 
 
-def _moments(lm, names):
-    def fn(mean, cov, args, kwargs):
-        def flat_u(y):
-            u, _ = _numpyro_coordinates(lm, y, args, kwargs)
-            return jnp.concatenate([jnp.ravel(u[n]) for n in names])
+def _moments(info, names, gaussian, args, kwargs):
+    """Mode (unconstrained and constrained) and ``J Sigma J'`` in NumPyro's coordinates."""
 
-        mode, constrained = _numpyro_coordinates(lm, mean, args, kwargs)
-        jac = jax.jacfwd(flat_u)(mean)
-        if jac.shape[0] != jac.shape[1]:
-            raise ValueError(
-                f"the LM basis has {jac.shape[1]} coordinates but NumPyro's unconstrained space "
-                f"{jac.shape[0]}: the LM covariance cannot be carried over (a site whose basis "
-                "is not a bijection onto NumPyro's unconstrained space)."
-            )
-        cov_u = jac @ cov @ jac.T
-        return mode, constrained, 0.5 * (cov_u + cov_u.T)
+    def flat_u(y):
+        u, _ = numpyro_coordinates(info, y, args, kwargs)
+        return jnp.concatenate([jnp.ravel(u[n]) for n in names])
 
-    g = lm.gaussian
-    return lm._jitted("nuts_moments", fn)(g.mean, g.cov)
+    mode, constrained = numpyro_coordinates(info, gaussian.mean, args, kwargs)
+    jac = jax.jacfwd(flat_u)(gaussian.mean)
+    if jac.shape[0] != jac.shape[1]:
+        raise ValueError(
+            f"the LM basis has {jac.shape[1]} coordinates but NumPyro's unconstrained space "
+            f"{jac.shape[0]}: the LM covariance cannot be carried over (a site whose basis "
+            "is not a bijection onto NumPyro's unconstrained space)."
+        )
+    cov_u = gaussian.curvature.solve(jac) @ jac.T  # J H^-1 J'
+    return mode, constrained, 0.5 * (cov_u + cov_u.T)
+
+
+def _fitted(lm):
+    if lm.batch_size is not None:
+        raise ValueError("a warm start needs one fit: this LaplaceMatching holds run_many's batch of fits. Fit the "
+                         "data set you want to sample with run().")
+    names = tuple(sorted(s.name for s in lm.layout.sites))
+    compiled = program(_moments, lm.model_info, names, compiler_options=lm.compiler_options)
+    return names, compiled((lm.gaussian,), lm.model_args, lm.model_kwargs)
 
 
 def unconstrained_gaussian(lm):
@@ -83,8 +88,7 @@ def unconstrained_gaussian(lm):
     ``{site: unconstrained value}`` and ``cov`` the covariance of the sites' flattened
     values concatenated in that order.
     """
-    names = tuple(sorted(s.name for s in lm.layout.sites))
-    mode, _, cov = _moments(lm, names)
+    names, (mode, _, cov) = _fitted(lm)
     return names, mode, cov
 
 
@@ -99,7 +103,8 @@ def warm_nuts(lm, *, dense_max_dim: int = DENSE_MAX_DIM, adapt_mass_matrix: bool
         mcmc = MCMC(warm.kernel, num_warmup=150, num_samples=1000)
         mcmc.run(key, *args, init_params=warm.init_params, **kwargs)
 
-    :param lm: a fitted :class:`~numpyro_lm.LaplaceMatching`.
+    :param lm: a fitted :class:`~numpyro_lm.LaplaceMatching` (its ``model_info``,
+        ``gaussian`` and ``model_args`` / ``model_kwargs`` are used).
     :param int dense_max_dim: largest dimension with a dense mass matrix.
     :param bool adapt_mass_matrix: re-estimate the mass matrix during warmup. Off by
         default: a short warmup's windows hold too few draws to improve on the LM
@@ -109,8 +114,7 @@ def warm_nuts(lm, *, dense_max_dim: int = DENSE_MAX_DIM, adapt_mass_matrix: bool
         ``target_accept_prob``, ``max_tree_depth``...). The step size is adapted during
         warmup unless ``adapt_step_size=False``.
     """
-    names = tuple(sorted(s.name for s in lm.layout.sites))
-    mode, constrained, cov = _moments(lm, names)
+    names, (mode, constrained, cov) = _fitted(lm)
     if not bool(jnp.all(jnp.isfinite(cov))):
         raise ValueError("the LM covariance in NumPyro's unconstrained space is not finite")
     dense = cov.shape[0] <= dense_max_dim

@@ -39,7 +39,9 @@ class MatchedFamily(NamedTuple):
         site from ``sample_basis`` alone.
     :param basis_quantile: ``(params, u) -> y``, the quantile function in basis
         coordinates (``copula="quantile"``).
-    :param sample_basis: ``(rng_key, params, shape) -> y`` (``copula="independent"``).
+    :param sample_basis: ``(rng_key, params, num_samples) -> y`` of shape ``(num_samples,) +
+        batch + event`` (``copula="independent"``), from ``jax.random`` keys; draw ``i``
+        should not depend on ``num_samples`` (:mod:`numpyro_lm.random`).
     :param in_basis: ``distribution`` lives on the basis coordinates themselves and is
         pushed through the whole basis transform (the transformed Gaussian).
     :param log_prob: ``(params, y) -> log density of the basis coordinates y`` (per

@@ -83,11 +83,11 @@ def _distribution(params):
     return dist.Dirichlet(params["concentration"])
 
 
-def _sample_basis(rng_key, params, sample_shape):
+def _sample_basis(rng_key, params, num_samples):
     # Independent log-Gamma(alpha_k) draws; the zero-sum projection removes the
     # normaliser of the Dirichlet. ``rng_key`` is already specific to the site.
     alpha = params["concentration"]
-    log_x = log_gamma(rng_key, alpha, sample_shape + alpha.shape)
+    log_x = log_gamma(rng_key, alpha, num_samples)
     z = log_x - jnp.mean(log_x, axis=-1, keepdims=True)
     return ZeroSumTransform().inv(z)
 

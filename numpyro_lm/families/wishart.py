@@ -43,11 +43,11 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
 from numpyro.distributions.util import matrix_to_tril_vec, vec_to_tril_matrix
-from scipy import stats
 
 from ..bases import SymmetricMatrixExpTransform, SymmetricMatrixSquareTransform
-from ..laplace import default_tol, initial_state, newton_minimize
-from ..random import key_bits
+from ..curvature import covariance
+from ..laplace import laplace
+from ..random import log_gamma, normal_rows
 from .base import MatchedFamily, register_family, register_prior_family
 
 __all__ = [
@@ -86,14 +86,14 @@ def vech_trace(cov):
 
 
 def _exact_laplace(log_prob, transform, y0):
-    """Newton on ``log_prob(T(y)) + log|J|`` from ``y0``; ``(mode, inverse negative Hessian)``."""
+    """The Laplace fit of ``log_prob(T(y)) + log|J|`` from ``y0``: ``(mode, covariance)``."""
 
-    def fn(y):
+    def log_density(y):
         x = transform(y)
-        return -(log_prob(x) + transform.log_abs_det_jacobian(y, x))
+        return log_prob(x) + transform.log_abs_det_jacobian(y, x)
 
-    state = newton_minimize(fn, initial_state(y0), default_tol(y0.dtype), 100)
-    return state.x, jnp.linalg.inv(jax.hessian(fn)(state.x))
+    state = laplace(log_density, y0, max_iter=100)
+    return state.mode, covariance(state.curvature)
 
 
 def _batched(fn):
@@ -248,38 +248,39 @@ def inverse_wishart_logm_seeds(params):
 # ----------------------------------------------------------------------------- draws
 
 
-def _host_sampler(kind):
-    """Exact draws on the host (SciPy), mapped to basis coordinates by the caller."""
-    sampler = stats.wishart if kind == "wishart" else stats.invwishart
+def _wishart_draws(rng_key, concentration, scale_matrix, num_samples: int):
+    r"""``(num_samples,) + batch + (p, p)`` Wishart draws by Bartlett's decomposition:
+    :math:`X = L A A^\top L^\top`, ``L L' = scale``, ``A`` lower triangular with
+    :math:`A_{ii}^2 \sim \chi^2_{n - i}` and standard normal entries below the diagonal."""
+    p = scale_matrix.shape[-1]
+    batch = jnp.broadcast_shapes(jnp.shape(concentration), scale_matrix.shape[:-2])
+    half_df = 0.5 * (jnp.asarray(concentration)[..., None] - jnp.arange(p))
+    log_g = log_gamma(jax.random.fold_in(rng_key, 0), jnp.broadcast_to(half_df, batch + (p,)), num_samples)
+    diagonal = jnp.exp(0.5 * (log_g + jnp.log(2.0)))  # sqrt of chi2 = 2 Gamma(df / 2)
+    below = normal_rows(jax.random.fold_in(rng_key, 1), num_samples, batch + (p, p), diagonal.dtype)
+    a = jnp.tril(below, -1) + diagonal[..., None] * jnp.eye(p, dtype=diagonal.dtype)
+    la = jnp.linalg.cholesky(scale_matrix) @ a
+    return la @ jnp.swapaxes(la, -1, -2)
 
-    def sample(rng_key, params, sample_shape):
+
+def _sampler(kind):
+    """Exact draws of the family (numpyro's parameters) from a JAX key."""
+
+    def sample(rng_key, params, num_samples):
         n, m = params["concentration"], params["scale_matrix"]
-        batch = jnp.broadcast_shapes(jnp.shape(n), m.shape[:-2])
-        p = m.shape[-1]
-        shape = sample_shape + batch + (p, p)
-
-        dtype = jnp.result_type(m)
-
-        def host(bits, n, m):
-            rng = np.random.default_rng([int(b) for b in np.asarray(bits, np.uint32)] + [7])
-            n = np.broadcast_to(np.asarray(n, np.float64), batch).reshape(-1)
-            m = np.broadcast_to(np.asarray(m, np.float64), batch + (p, p)).reshape(-1, p, p)
-            size = int(np.prod(sample_shape, dtype=int))
-            draws = [sampler(df=n[b], scale=m[b]).rvs(size=size, random_state=rng).reshape(size, p, p)
-                     for b in range(len(n))]
-            return np.stack(draws, axis=1).reshape(shape).astype(dtype)
-
-        return jax.pure_callback(host, jax.ShapeDtypeStruct(shape, dtype), key_bits(rng_key), n, m,
-                                 vmap_method="sequential")
+        if kind == "wishart":
+            return _wishart_draws(rng_key, n, m, num_samples)
+        # X ~ InverseWishart(nu, Psi)  <=>  X^-1 ~ Wishart(nu, Psi^-1)
+        return jnp.linalg.inv(_wishart_draws(rng_key, n, jnp.linalg.inv(m), num_samples))
 
     return sample
 
 
 def _family(name, basis, transform, exact, from_gaussian, distribution, kind):
-    sample_matrix = _host_sampler(kind)
+    sample_matrix = _sampler(kind)
 
-    def sample_basis(rng_key, params, sample_shape):
-        return transform.inv(sample_matrix(rng_key, params, sample_shape))
+    def sample_basis(rng_key, params, num_samples):
+        return transform.inv(sample_matrix(rng_key, params, num_samples))
 
     return register_family(
         MatchedFamily(

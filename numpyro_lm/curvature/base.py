@@ -1,0 +1,114 @@
+r"""What a curvature is: the precision of the Laplace Gaussian, as data with operations.
+
+A Laplace approximation is :math:`N(m, H^{-1})` with :math:`H` the negative Hessian of the
+log density at the mode. Its consumers (matched marginals, copula draws, MVI refinement,
+nested Laplace, the NUTS warm start, elliptical slice sampling, the diagnostics) never
+need :math:`H^{-1}` itself, only these operations on it, which every curvature (a pytree:
+it passes through ``jax.jit``, and a batch of them through ``jax.vmap``; the operations act
+on one curvature) provides:
+
+================  ==========================================================================
+``dim``           ``D``, the number of coordinates
+``positive()``    whether :math:`H` is numerically positive definite (a usable Gaussian)
+``solve(v)``      :math:`H^{-1} v` for ``v`` of shape ``(..., D)``
+``inv_sqrt(e)``   :math:`S e` with :math:`S S^\top = H^{-1}`: ``m + S e`` with ``e ~ N(0, I)``
+                  is a draw
+``whiten(d)``     :math:`S^{-1} d`, so :math:`\log N(m + d) = -\tfrac12|S^{-1}d|^2
+                  + \tfrac12\log\det H - \tfrac D2\log 2\pi`
+``logdet()``      :math:`\log\det H`
+``variance()``    :math:`\mathrm{diag}(H^{-1})`, the marginal variances
+``block(index)``  :math:`(H^{-1})_{II}` for an integer index of shape ``(..., k)``:
+                  ``(..., k, k)``, e.g. one site's covariance
+``spectrum()``    ``(w, Q)``: eigenvalues of :math:`H` ascending and their eigenvectors
+================  ==========================================================================
+
+Implementations: :class:`~numpyro_lm.curvature.dense.DenseCurvature` (an eigendecomposition;
+the joint fit's) and :class:`~numpyro_lm.curvature.dense.CholeskyCurvature` (a Cholesky
+factor, cheaper to form; nested Laplace's conditionals). Diagonal, low-rank and plated
+structures slot in by providing the same operations. :class:`Gaussian` pairs a mean with
+a curvature.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Protocol, runtime_checkable
+
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["Curvature", "Gaussian", "covariance", "singular_floor"]
+
+
+@runtime_checkable
+class Curvature(Protocol):
+    """The operations every curvature provides (module docstring)."""
+
+    @property
+    def dim(self) -> int: ...
+
+    def positive(self): ...
+
+    def solve(self, v): ...
+
+    def inv_sqrt(self, eps): ...
+
+    def whiten(self, d): ...
+
+    def logdet(self): ...
+
+    def variance(self): ...
+
+    def block(self, index): ...
+
+    def spectrum(self): ...
+
+
+def singular_floor(eigenvalues):
+    """Eigenvalues of a symmetric matrix below this are numerically zero.
+
+    Rounding alone can make a zero eigenvalue slightly positive: the typical rounding
+    error of an eigenvalue is ``eps * max``, ``sqrt(D)`` of them summed at random.
+    """
+    d = eigenvalues.shape[-1]
+    return jnp.sqrt(d) * jnp.finfo(eigenvalues.dtype).eps * jnp.max(jnp.abs(eigenvalues))
+
+
+def covariance(curvature) -> jnp.ndarray:
+    """The dense ``D x D`` covariance :math:`H^{-1}`: for small, genuinely dense outputs only
+    (a family's exact map, a nested conditional, :attr:`Gaussian.cov`)."""
+    return curvature.block(np.arange(curvature.dim))
+
+
+class Gaussian(NamedTuple):
+    """The Gaussian ``N(mean, H^-1)`` over the flat basis coordinates, ``H`` a curvature.
+
+    ``cov`` and ``precision`` are dense conveniences for users and small models; the
+    package itself works through the curvature's operations.
+    """
+
+    mean: jnp.ndarray
+    curvature: Curvature
+
+    @property
+    def cov(self):
+        """The dense covariance matrix (``NaN`` where the curvature is not positive definite)."""
+        return covariance(self.curvature)
+
+    @property
+    def precision(self):
+        """The dense precision matrix ``H``."""
+        return self.curvature.precision
+
+    def sample(self, rng_key, num_samples: int):
+        """``(num_samples, D)`` draws, reproducible from ``rng_key`` (see :func:`numpyro_lm.random.normal_rows`)."""
+        from ..random import normal_rows
+
+        eps = normal_rows(rng_key, num_samples, self.mean.shape[-1:], self.mean.dtype)
+        return self.mean + self.curvature.inv_sqrt(eps)
+
+    def log_prob(self, x):
+        """``log N(x; mean, H^-1)`` for ``x`` of shape ``(..., D)``."""
+        white = self.curvature.whiten(x - self.mean)
+        d = self.mean.shape[-1]
+        return -0.5 * (jnp.sum(white**2, axis=-1) - self.curvature.logdet() + d * jnp.log(2.0 * jnp.pi))
+

@@ -1,0 +1,105 @@
+"""From a fit's flags to errors a user can act on: the site, the cause, the fix.
+
+The pure core (:func:`numpyro_lm.laplace.laplace`) reports problems as flags; these
+functions turn one fit's flags, on the host, into the package's errors and warnings.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Optional
+
+import jax
+import numpy as np
+
+from .curvature import singular_floor
+
+__all__ = ["NotPositiveDefiniteError", "FitChecks", "fit_error", "convergence_warning", "check_fit", "not_positive_definite"]
+
+
+class NotPositiveDefiniteError(ValueError):
+    """The negative Hessian at the mode is not positive definite."""
+
+
+class FitChecks:
+    """One fit's flags, as host values: ``finite`` (the log density at the mode), ``positive``
+    (the curvature), ``params`` (``{site: bool}``: its matched parameters are finite),
+    ``converged``, ``num_iter``, ``decrement``, ``grad_norm``."""
+
+    def __init__(self, finite, positive, params, converged, num_iter, decrement, grad_norm):
+        self.finite, self.positive, self.params = bool(finite), bool(positive), params
+        self.converged, self.num_iter = bool(converged), int(num_iter)
+        self.decrement, self.grad_norm = float(decrement), float(grad_norm)
+
+
+def _where(data_set: Optional[int]) -> str:
+    return "" if data_set is None else f"data set {data_set}: "
+
+
+def not_positive_definite(layout, curvature, data_set: Optional[int] = None) -> NotPositiveDefiniteError:
+    """The error for a curvature that is not positive definite, naming the coordinates of its
+    flat directions (their share of the offending eigenvectors)."""
+    eigval, eigvec = (np.asarray(a, np.float64) for a in jax.device_get(curvature.spectrum()))
+    floor = float(singular_floor(eigval))
+    bad = np.flatnonzero(eigval <= floor) if np.any(eigval <= floor) else np.array([0])
+    weights = np.sum(eigvec[:, bad] ** 2, axis=1)
+    top = np.argsort(-weights)[:5]
+    where = ", ".join(f"{layout.coordinate(int(i))} ({weights[i]:.2f})" for i in top if weights[i] > 1e-3)
+    hint = (
+        "the model's density may be improper or unidentified along these directions: give them a proper prior"
+        if jax.config.jax_enable_x64
+        else 'float32 Hessians of models with many observations are often not positive definite: enable '
+        'float64 with jax.config.update("jax_enable_x64", True)'
+    )
+    dtype = np.asarray(jax.device_get(curvature.spectrum()[0])).dtype
+    if eigval[0] > 0:
+        what = (f"numerically singular (eigenvalues from {eigval[0]:.3g} to {eigval[-1]:.3g}: a "
+                f"condition number beyond what {dtype} resolves)")
+    else:
+        what = f"not positive definite (smallest eigenvalue {eigval[0]:.3g})"
+    return NotPositiveDefiniteError(
+        f"{_where(data_set)}the negative Hessian at the mode is {what}; the flat directions involve {where}. "
+        f"Likely cause: {hint}. As a last resort pass regularize=<ridge> to LaplaceMatching (this "
+        "changes the posterior)."
+    )
+
+
+def fit_error(layout, checks: FitChecks, curvature, data_set: Optional[int] = None) -> Optional[ValueError]:
+    """The error a failed fit deserves (``None`` if it did not fail); ``curvature()`` gives its
+    curvature, asked for only when it is not positive definite."""
+    if not checks.finite:
+        return ValueError(
+            f"{_where(data_set)}the log density is not finite at the initial point or the mode. Check the "
+            "model's supports and data, or pass init_params= / init_strategy=."
+        )
+    if not checks.positive:
+        return not_positive_definite(layout, curvature(), data_set)
+    for site in layout.sites:
+        if not checks.params[site.name]:
+            return ValueError(
+                f"{_where(data_set)}site {site.name!r}: the matched {site.family!r} parameters are not "
+                f"finite. Choose families={{{site.name!r}: 'gaussian'}} for this site or use float64."
+            )
+    return None
+
+
+def convergence_warning(checks: FitChecks) -> Optional[str]:
+    """The warning for a mode search that did not converge (``None`` if it did)."""
+    if checks.converged:
+        return None
+    return (f"the mode search did not converge after {checks.num_iter} iterations (last Newton step "
+            f"{checks.decrement:.2e} posterior SDs, max |gradient| {checks.grad_norm:.2e}). Increase max_iter, "
+            "use float64, or check the model for an unbounded density.")
+
+
+def check_fit(layout, checks: FitChecks, curvature, stacklevel: int = 4):
+    """Raise :func:`fit_error`'s error, after warning where the search did not converge (a fit
+    whose log density or curvature is unusable raises without the warning)."""
+    error = fit_error(layout, checks, lambda: curvature)
+    if error is not None and (not checks.finite or not checks.positive):
+        raise error
+    warning = convergence_warning(checks)
+    if warning is not None:
+        warnings.warn(warning, stacklevel=stacklevel)
+    if error is not None:
+        raise error

@@ -1,0 +1,148 @@
+r"""The joint Laplace Matching fit of a model: pure functions of a :class:`~numpyro_lm.model.ModelInfo`.
+
+One data set's pipeline, each step a pure function that :func:`numpyro_lm.programs.program`
+compiles (and vmaps over data sets for ``run_many``):
+
+1. :func:`start`: the initial point (the basis origin, or a numpyro init strategy's point)
+   and the Newton mode search up to ``until`` evaluations; :func:`resume` continues it
+   (a chunk at a time, for a progress bar);
+2. :func:`finish`: the :class:`~numpyro_lm.laplace.LaplaceState` at the mode, the MVI
+   refinement if asked (:mod:`numpyro_lm.refine`), each site's matched family
+   (:func:`numpyro_lm.marginals.matched_params`): a :class:`JointFit`;
+3. :func:`draw`: joint draws through the Gaussian copula (:mod:`numpyro_lm.copula`),
+   mapped to the model's sites; :func:`weigh`: ``log p`` and ``log q`` of draws, for PSIS.
+
+:func:`fit` runs 1 and 2 in one go. Keys: the init strategy uses ``fold_in(key, 0)``, the
+draws ``fold_in(key, 1)``, the refinement ``fold_in(key, 2)``.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+from numpyro.infer.initialization import init_to_uniform, init_to_value
+
+from .copula import copula_draws, copula_log_density
+from .curvature import Gaussian
+from .laplace import LaplaceState, laplace_finish, laplace_init, laplace_update
+from .marginals import matched_params
+from .model import ModelInfo
+from .optimize import NewtonState, default_tol
+from .refine import Refinement, refine
+
+__all__ = ["FitOptions", "JointFit", "initial_point", "start", "resume", "finish", "fit", "draw", "weigh", "log_densities", "constrained"]
+
+
+class FitOptions(NamedTuple):
+    """The options of a joint fit (hashable: they key compiled programs)."""
+
+    method: str = "newton"  # "newton" or "lbfgs" (an L-BFGS warm start)
+    tol: Optional[float] = None  # Newton decrement, posterior SDs (None: default_tol)
+    max_iter: int = 200
+    regularize: Optional[float] = None
+    refine: Optional[str] = None
+    refine_num_samples: int = 1000
+    refine_max_iter: int = 200
+    init_strategy: Optional[Callable] = None  # None: the basis origin, else init_to_uniform
+
+    def tolerance(self, dtype) -> float:
+        return default_tol(dtype) if self.tol is None else self.tol
+
+
+class JointFit(NamedTuple):
+    """A joint fit (device arrays): the Laplace state (refined if asked), the matched
+    families' parameters, the refinement's record, and which sites' parameters are finite."""
+
+    state: LaplaceState
+    params: dict
+    refinement: Optional[Refinement]
+    finite_params: dict
+
+    @property
+    def gaussian(self) -> Gaussian:
+        return self.state.gaussian
+
+
+def _log_density(info: ModelInfo, args, kwargs):
+    return partial(info.log_density, args=args, kwargs=kwargs)
+
+
+def initial_point(info: ModelInfo, options: FitOptions, rng_key, init_params, args, kwargs):
+    """Basis coordinates of ``init_params`` (constrained values), else of the init strategy's
+    point (``init_to_uniform`` by default)."""
+    strategy = options.init_strategy or init_to_uniform
+    if init_params is not None:
+        strategy = init_to_value(values=init_params)
+    return info.init(jax.random.fold_in(rng_key, 0), args, kwargs, strategy)
+
+
+def start(info: ModelInfo, options: FitOptions, at_origin: bool, until: int, rng_key, init_params, args,
+          kwargs) -> NewtonState:
+    """The mode search from the initial point up to ``until`` Newton evaluations.
+
+    ``at_origin``: start at the basis origin (no model trace, no PRNG program to compile);
+    else at :func:`initial_point`.
+    """
+    dtype = jnp.result_type(float)
+    if at_origin:
+        x0 = jnp.zeros(info.size, dtype)
+    else:
+        x0 = initial_point(info, options, rng_key, init_params, args, kwargs)
+    log_density = _log_density(info, args, kwargs)
+    state = laplace_init(log_density, x0, method=options.method, tol=options.tolerance(dtype),
+                         max_iter=options.max_iter)
+    return laplace_update(log_density, state, tol=options.tolerance(dtype), max_iter=until)
+
+
+def resume(info: ModelInfo, options: FitOptions, chunk: int, state: NewtonState, args, kwargs) -> NewtonState:
+    """Continue the mode search for up to ``chunk`` more Newton evaluations (``max_iter`` in all)."""
+    until = jnp.minimum(state.num_iter + chunk, options.max_iter)
+    return laplace_update(_log_density(info, args, kwargs), state, tol=options.tolerance(state.x.dtype),
+                          max_iter=until)
+
+
+def finish(info: ModelInfo, options: FitOptions, state: NewtonState, rng_key, args, kwargs) -> JointFit:
+    """The Laplace state at the mode, refined if asked, and each site's matched family."""
+    laplace_state = laplace_finish(state, regularize=options.regularize)
+    refinement = None
+    if options.refine is not None:
+        laplace_state, refinement = refine(
+            _log_density(info, args, kwargs), laplace_state, options.refine, jax.random.fold_in(rng_key, 2),
+            num_samples=options.refine_num_samples, max_iter=options.refine_max_iter,
+            gtol=jnp.sqrt(options.tolerance(state.x.dtype)),
+        )
+    params = matched_params(info.layout, laplace_state.gaussian)
+    finite = {site: jnp.all(jnp.stack([jnp.all(jnp.isfinite(v)) for v in p.values()])) for site, p in params.items()}
+    return JointFit(laplace_state, params, refinement, finite)
+
+
+def fit(info: ModelInfo, options: FitOptions, at_origin: bool, until: int, rng_key, init_params, args, kwargs):
+    """:func:`start` then :func:`finish`: ``(NewtonState, JointFit)`` in one program (the
+    fit is final when the search converged or stalled within ``until`` evaluations)."""
+    state = start(info, options, at_origin, until, rng_key, init_params, args, kwargs)
+    return state, finish(info, options, state, rng_key, args, kwargs)
+
+
+def constrained(info: ModelInfo, flat, args, kwargs) -> dict:
+    """The model's latent and deterministic sites at each row of ``flat (n, D)``."""
+    return jax.vmap(lambda y: info.constrain(y, args, kwargs))(flat)
+
+
+def log_densities(info: ModelInfo, flat, args, kwargs):
+    """``log p`` (LM basis) at each row of ``flat (n, D)``."""
+    return jax.vmap(lambda y: info.log_density(y, args, kwargs))(flat)
+
+
+def draw(info: ModelInfo, num_samples: int, rng_key, gaussian: Gaussian, params, args, kwargs):
+    """``(samples, flat)``: ``num_samples`` copula draws, as sites and in basis coordinates."""
+    flat = copula_draws(jax.random.fold_in(rng_key, 1), gaussian, info.layout, params, num_samples)
+    return constrained(info, flat, args, kwargs), flat
+
+
+def weigh(info: ModelInfo, rng_key, gaussian: Gaussian, params, flat, args, kwargs):
+    """``(log p, log q)`` of the draws :func:`draw` made with ``rng_key`` (basis coordinates)."""
+    log_q = copula_log_density(flat, jax.random.fold_in(rng_key, 1), gaussian, info.layout, params)
+    return log_densities(info, flat, args, kwargs), log_q

@@ -1,0 +1,218 @@
+"""Running a nested Laplace fit: inner fits in compiled batches, the outer design on the host.
+
+:func:`run_nested` splits the flat coordinates into the hyperparameters' and the rest,
+compiles the vectorised inner step (:mod:`.inner`: conditional fits, mean shifts, matched
+normalisers) once per model and shapes, searches the mode of the hyperparameters' Laplace
+marginal (:mod:`.search`), lays the integration design around it (:mod:`.design`) and
+matches each site's family to the mixture's moments (:mod:`.mixture`). No joint fit is
+made. Nested fits are for one data set: ``run_many`` refuses them.
+"""
+
+from __future__ import annotations
+
+import warnings
+from functools import partial
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from tqdm.auto import tqdm
+
+from ..curvature import DenseCurvature, Gaussian
+from ..errors import FitChecks, check_fit
+from ..fit import FitOptions, constrained, initial_point, log_densities
+from ..marginals import matched_params
+from ..programs import program
+from ..random import host_generator
+from ..result import Result
+from .design import BATCH, MAX_CCD_DIM, NestedDesign, ccd_points, integrate
+from .inner import conditional_fit, matched_normaliser, mean_shift, point_params, quantile_sites, site_values
+from .mixture import draw, mixture_moments
+from .search import ModeSearch, NonFiniteStart, explore
+
+__all__ = ["NestedResult", "hyper_sites", "run_nested"]
+
+
+def hyper_sites(layout, hyper) -> list:
+    """The hyperparameter sites: the names given, or for ``"auto"`` the scalar or 2-vector
+    sites outside every plate of a model with plated latent sites (at most three coordinates)."""
+    names = [s.name for s in layout.sites]
+    if hyper != "auto":
+        unknown = [h for h in hyper if h not in names]
+        if unknown:
+            raise ValueError(f"hyper names {unknown}, which are not latent sites; the latent sites are {names}")
+        return list(hyper)
+    chosen = [s.name for s in layout.sites if not s.plates and s.size <= 2]
+    plated = any(s.plates for s in layout.sites)
+    size = sum(layout.site(n).size for n in chosen)
+    if not plated or not chosen or size > 3:
+        raise ValueError(
+            'hyper="auto" looks for at most three coordinates of global sites above plated '
+            f"latent sites and found {chosen} ({size} coordinates) in a model "
+            f"{'with' if plated else 'without'} plated latent sites. Name them: hyper=[...]."
+        )
+    return chosen
+
+
+def _inner(info, tol, max_iter, theta_index: tuple, gaussian_cols: tuple, thetas, x0s, with_shift, args, kwargs):
+    """The inner fits at a batch of points (the program :func:`run_nested` compiles)."""
+    layout, theta_index, gaussian_cols = info.layout, np.asarray(theta_index), np.asarray(gaussian_cols, bool)
+
+    def neg(theta, x):
+        return -info.log_density(site_values(layout, theta_index, theta, x), args, kwargs)
+
+    fits, curvature = jax.vmap(lambda t, x0: conditional_fit(neg, t, x0, tol, max_iter))(thetas, x0s)
+    shift = jnp.zeros_like(fits.x)
+    if np.any(gaussian_cols):  # only the design's points need it (not the mode search's)
+        shift = lax.cond(
+            with_shift,
+            lambda: jnp.where(gaussian_cols, jax.vmap(partial(mean_shift, neg))(thetas, fits.x, curvature), 0.0),
+            lambda: shift,
+        )
+    params = point_params(layout, theta_index, fits.x, jax.vmap(lambda c: c.variance())(curvature))
+    log_density = fits.log_density + matched_normaliser(
+        layout, theta_index, fits.x, fits.precision_diagonal, fits.uncoupled, params
+    )
+    return fits._replace(log_density=log_density, params=params, shift=shift)
+
+
+def _match(info, mean, cov, args, kwargs):
+    """The mixture's Gaussian in the basis and each site's matched family."""
+    gaussian = Gaussian(mean, DenseCurvature.from_covariance(cov))
+    params = matched_params(info.layout, gaussian)
+    finite = {site: jnp.all(jnp.stack([jnp.all(jnp.isfinite(v)) for v in p.values()])) for site, p in params.items()}
+    return gaussian, params, finite, gaussian.curvature.positive()
+
+
+class NestedResult(Result):
+    """A nested Laplace fit (:class:`~numpyro_lm.result.Result`): the design and its mixture."""
+
+    def __init__(self, info, args, kwargs, rng_key, hyper: list, design: NestedDesign, search: ModeSearch,
+                 num_samples: int, compiler_options):
+        super().__init__(info, args, kwargs, rng_key, num_samples, compiler_options)
+        self.hyper, self.design, self.search = hyper, design, search
+        self._gaussian = self._params = self._finite = self._positive = None
+        self._log_q = {}
+
+    def match(self, matched):
+        """Set the mixture's Gaussian, the matched families and their checks (:func:`_match`)."""
+        self._gaussian, self._params, self._finite, self._positive = matched
+
+    @property
+    def gaussian(self):
+        return self._gaussian
+
+    @property
+    def params(self):
+        return self._params
+
+    def _new_draws(self, num_samples: int):
+        rng = host_generator(self.rng_key, stream=num_samples)
+        flat, self._log_q[num_samples] = draw(rng, self.design, self.info.layout, num_samples)
+        flat = jax.device_put(np.asarray(flat, jnp.result_type(float)))  # no eager program to compile
+        return self.call(constrained, (self.info,), (flat,)), flat
+
+    def _new_weights(self, num_samples: int, flat):
+        log_p = np.asarray(self.call(log_densities, (self.info,), (flat,)))
+        return log_p, self._log_q[num_samples]().astype(log_p.dtype)
+
+    def checks(self) -> FitChecks:
+        finite, positive = jax.device_get((self._finite, self._positive))
+        s = self.search
+        return FitChecks(True, positive, {k: bool(v) for k, v in finite.items()}, True, s.num_iter, s.decrement,
+                         s.grad_norm)
+
+    def _fit_diagnostics(self) -> dict:
+        d, s = self.design, self.search
+        return {
+            "finite": True, "positive_definite": True, "num_iter": int(s.num_iter), "converged": True, "newton_decrement": float(s.decrement),
+            "grad_norm": float(s.grad_norm), "log_density_at_mode": float(s.log_density), "refine": None,
+            "hyper": self.hyper, "nested_design": d.kind, "nested_design_points": int(d.theta.shape[0]),
+            "nested_edge_mass": d.edge_mass, "nested_outer_iter": d.num_outer_iter,
+            "nested_inner_fits": d.num_evaluations,
+        }
+
+    def _search_summary(self, d: dict) -> str:
+        return (f"Nested Laplace over {d['hyper']}: {d['nested_design']} of {d['nested_design_points']} points "
+                f"({d['nested_inner_fits']} inner fits; the marginal's mode search took {d['num_iter']} "
+                f"iterations, last step {d['newton_decrement']:.1e} SDs).")
+
+
+def run_nested(info, options: FitOptions, hyper, rng_key, args, kwargs, init_params=None, *, num_samples: int,
+               compiler_options, progress_bar: bool = True) -> NestedResult:
+    """The nested Laplace fit over the ``hyper`` sites (module docstring), checked."""
+    layout = info.layout
+    hyper = hyper_sites(layout, hyper)
+    coords = {s.name: np.arange(s.offset, s.offset + s.size) for s in layout.sites}
+    theta_index = np.concatenate([coords[s.name] for s in layout.sites if s.name in hyper])
+    x_index = np.concatenate([coords[s.name] for s in layout.sites if s.name not in hyper] or [np.zeros(0, int)])
+    if x_index.size == 0:
+        raise ValueError("hyper= names every latent site: nothing is left for the conditional Laplace step")
+    if theta_index.size > MAX_CCD_DIM:
+        ccd_points(theta_index.size)  # refuses, naming the limit
+    dtype, size = jnp.result_type(float), layout.size
+    # coordinates drawn through each point's matched family (quantile sites); the others
+    # come from their conditional Gaussians and get a conditional mean (mean_shift)
+    mapped = np.zeros(size, bool)
+    for site, _ in quantile_sites(layout, theta_index):
+        mapped[site.offset : site.offset + site.size] = True
+    gaussian_cols = ~mapped[x_index]
+
+    def run(fn, *static):
+        return program(fn, *static, compiler_options=compiler_options)
+
+    inner = run(_inner, info, options.tolerance(dtype), options.max_iter, tuple(int(i) for i in theta_index),
+                tuple(bool(c) for c in gaussian_cols))
+    bar = tqdm(desc="nested Laplace inner fits", unit="fit", disable=not progress_bar, delay=2.0)
+
+    def marginal(thetas, x0s, with_shift=False):
+        # fixed-size batches: one compilation serves the stencil, the line search and the
+        # design; padding and gathering on the host (eager JAX slicing costs more than the fit)
+        bar.update(len(thetas))
+        n, pad = len(thetas), -len(thetas) % BATCH
+        arrays = [np.asarray(a, dtype) for a in (thetas, x0s)]
+        arrays = [np.concatenate([a, np.broadcast_to(a[:1], (pad,) + a.shape[1:])]) for a in arrays]
+        flag = np.asarray(with_shift)
+        parts = jax.device_get([inner((arrays[0][i : i + BATCH], arrays[1][i : i + BATCH], flag), args, kwargs)
+                                for i in range(0, n + pad, BATCH)])
+        return jax.tree.map(lambda *a: np.concatenate(a)[:n], *parts)
+
+    def start_point():
+        point = run(initial_point, info, options)((rng_key, init_params), args, kwargs)
+        return np.asarray(point, np.float64)
+
+    at_origin = options.init_strategy is None and init_params is None
+    with bar:
+        start = np.zeros(size) if at_origin else start_point()
+        try:
+            search = explore(marginal, start[theta_index], start[x_index])
+        except NonFiniteStart:
+            if not at_origin:
+                raise
+            # the basis origin lies outside the density's support (e.g. the sqrt basis)
+            start = start_point()
+            search = explore(marginal, start[theta_index], start[x_index])
+        design = integrate(marginal, search, theta_index, x_index, gaussian_cols)
+    if design.edge_mass > 1e-3:
+        warnings.warn(
+            f"nested Laplace: {design.edge_mass:.1%} of the hyperparameters' mass lies on the edge of the "
+            "integration design; the marginal reaches beyond the lattice's extent or inner fits failed there, "
+            "and the tail beyond it is missing.",
+            stacklevel=3,
+        )
+    # the mixture's mean and covariance in the basis: the Gaussian-mixture moments for sites
+    # drawn from their conditional Gaussians, the draws' moments where the draws went
+    # through each design point's matched family
+    mean_all, cov_all = mixture_moments(design, size)
+    result = NestedResult(info, args, kwargs, rng_key, hyper, design, search, num_samples, compiler_options)
+    flat = np.asarray(result.draws()[1], np.float64)
+    mean_all[mapped] = flat[:, mapped].mean(0)
+    cov_draws = np.cov(flat.T).reshape(size, size)
+    cov_all[mapped, :] = cov_draws[mapped, :]
+    cov_all[:, mapped] = cov_draws[:, mapped]
+    # host arrays throughout: an eager jnp conversion compiles a program of its own
+    result.match(run(_match, info)((np.asarray(mean_all, dtype), np.asarray(cov_all, dtype)), args, kwargs))
+    check_fit(layout, result.checks(), result.gaussian.curvature)
+    return result

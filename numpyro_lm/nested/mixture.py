@@ -1,0 +1,142 @@
+"""The nested design as a mixture: its moments, its draws and their exact density."""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.special import ndtr
+
+from ..families.base import basis_log_prob
+from .design import NestedDesign, cell_draws, cell_moments
+from .inner import quantile_sites, x_positions
+
+__all__ = ["mixture_moments", "draw"]
+
+
+def mixture_moments(design: NestedDesign, size: int):
+    """Mean and covariance over all flat coordinates of the design's mixture."""
+    w = np.exp(design.log_weights)
+    ti, xi = design.theta_index, design.x_index
+    slope, scale = design.x_slope, design.scale
+    # on a lattice z - z_k has the cell's density (mean m_k, variances v_k per axis) and
+    # x's mean follows it along the point's slope; a CCD's points carry no spread
+    if design.kind == "lattice":
+        _, m, v = cell_moments(design.cell_slope, design.cell_curvature, design.step)
+    else:
+        m = v = np.zeros_like(design.z)
+    theta = design.theta + m @ scale.T
+    x_mean = design.x_mean + np.einsum("kia,ka->ki", slope, m)
+    mean = np.zeros(size)
+    mean[ti] = w @ theta
+    mean[xi] = w @ x_mean
+    dt = theta - mean[ti]
+    dx = x_mean - mean[xi]
+    cov = np.zeros((size, size))
+    cov[np.ix_(ti, ti)] = (dt * w[:, None]).T @ dt + np.einsum("ia,k,ka,ja->ij", scale, w, v, scale)
+    cov[np.ix_(xi, xi)] = (np.einsum("k,kij->ij", w, design.x_cov) + (dx * w[:, None]).T @ dx
+                           + np.einsum("kia,k,ka,kja->ij", slope, w, v, slope))
+    cross = (dt * w[:, None]).T @ dx + np.einsum("ia,k,ka,kja->ij", scale, w, v, slope)
+    cov[np.ix_(ti, xi)] = cross
+    cov[np.ix_(xi, ti)] = cross.T
+    return mean, 0.5 * (cov + cov.T)
+
+
+@partial(jax.jit, static_argnums=0)
+def _quantile(family, params, s):
+    return family.basis_quantile(params, ndtr(s))
+
+
+@partial(jax.jit, static_argnums=0)
+def _log_prob(family, params, y):
+    return basis_log_prob(family, params, y)
+
+
+def _split_normal(rng, sigma, n):
+    """``(z (n, d), log density (n,))`` of independent split normals (scales ``sigma (d, 2)``)."""
+    e = rng.standard_normal((n, sigma.shape[0]))
+    s = np.where(e < 0, sigma[:, 0], sigma[:, 1])
+    z = e * s
+    log_density = np.sum(np.log(2.0 / (sigma[:, 0] + sigma[:, 1])) - 0.5 * math.log(2 * math.pi) - 0.5 * e**2, 1)
+    return z, log_density
+
+
+def _by_point(k, eps, chol):
+    """``chol[k_n] @ eps_n`` for every draw, grouped by design point (no (n, Dx, Dx) gather)."""
+    out = np.empty_like(eps)
+    order = np.argsort(k, kind="stable")
+    bounds = np.searchsorted(k[order], np.arange(len(chol) + 1))
+    for j in np.flatnonzero(np.diff(bounds)):
+        rows = order[bounds[j] : bounds[j + 1]]
+        out[rows] = eps[rows] @ chol[j].T
+    return out
+
+
+def draw(rng: np.random.Generator, design: NestedDesign, layout, num_samples: int):
+    """``(flat draws (n, D), log_q)`` from the design's mixture (module docstring).
+
+    ``log_q()`` computes the draws' log density (``(n,)``) when it is needed (the PSIS
+    diagnostics): drawing alone compiles and runs no family density.
+    """
+    size, d = layout.size, design.theta.shape[1]
+    if design.kind == "lattice":
+        w = np.exp(design.log_weights)
+        k = rng.choice(w.size, size=num_samples, p=w / w.sum())
+        g, c = design.cell_slope[k], design.cell_curvature[k]
+        u = cell_draws(rng, g, c, design.step)  # z - z_k
+        theta = design.theta[k] + u @ design.scale.T
+        log_mass = cell_moments(design.cell_slope, design.cell_curvature, design.step)[0]
+        log_cell = np.sum(g * u - 0.5 * c * u**2 - log_mass[k], 1)
+        log_q = design.log_weights[k] + log_cell - np.linalg.slogdet(design.scale)[1]
+    else:
+        z, log_q = _split_normal(rng, design.sigma, num_samples)
+        theta = design.mode + z @ design.scale.T
+        log_q = log_q - np.linalg.slogdet(design.scale)[1]
+        # the conditional of the nearest design point
+        k = np.argmin(np.sum((z[:, None, :] - design.z[None]) ** 2, -1), axis=1)
+        u = z - design.z[k]
+    chol = np.linalg.cholesky(design.x_cov)
+    eps = rng.standard_normal((num_samples, design.x_mode.shape[1]))
+    x_mean = design.x_mean[k] + np.einsum("nia,na->ni", design.x_slope[k], u)
+    x = x_mean + _by_point(k, eps, chol)
+    flat = np.zeros((num_samples, size))
+    flat[:, design.theta_index] = theta
+    flat[:, design.x_index] = x
+    log_det = np.sum(np.log(np.diagonal(chol, axis1=1, axis2=2)), axis=1)
+    log_q = log_q - 0.5 * np.sum(eps**2, 1) - log_det[k] - 0.5 * x.shape[1] * math.log(2 * math.pi)
+    positions = x_positions(layout, design.theta_index)
+    var = np.diagonal(design.x_cov, axis1=1, axis2=2)
+    dtype = jnp.result_type(float)
+    mapped = []
+    for site, family in quantile_sites(layout, design.theta_index):
+        cols = positions[site.name]
+        shape = (num_samples,) + site.basis_shape
+        params = {n: np.asarray(v, np.float64)[k] for n, v in design.point_params[site.name].items()}
+        sd = np.sqrt(var[:, cols][k]).reshape(shape)
+        s = (x[:, cols].reshape(shape) - x_mean[:, cols].reshape(shape)) / sd
+        # coordinates coupled to no other (the independence copula) are drawn from the family
+        # itself where it has a host sampler; the others through its quantile function
+        alone = design.uncoupled[cols].reshape(site.basis_shape) & (family.host_sample is not None)
+        if np.all(alone):
+            y = family.host_sample(rng, params)
+        else:
+            y = np.asarray(_quantile(family, params, jnp.asarray(s, dtype)), np.float64)
+            if np.any(alone):
+                y = np.where(alone, family.host_sample(rng, params), y)
+        flat[:, site.offset : site.offset + site.size] = y.reshape(num_samples, -1)
+        mapped.append((family, params, y, sd, s))
+
+    def log_density():
+        # the copula density: each mapped coordinate's Gaussian marginal replaced by the
+        # family's (for uncoupled coordinates both terms are exact whatever s is)
+        out = log_q
+        for family, params, y, sd, s in mapped:
+            term = np.log(sd) + np.asarray(_log_prob(family, params, jnp.asarray(y, dtype)), np.float64)
+            term = term + 0.5 * s**2 + 0.5 * math.log(2 * math.pi)
+            out = out + term.reshape(num_samples, -1).sum(1)
+        return out
+
+    return flat, log_density

@@ -1,0 +1,98 @@
+"""Each site's matched family as a NumPyro distribution on the site's own domain.
+
+The family lives on the core domain of the basis (the positive reals for ``log``, the unit
+interval for ``logit``); the bounds of the site's support (``Uniform(a, b)``, a positive
+site shifted by ``lb``) are applied as the affine part of the basis transform, built from
+the model's trace at the mode. A site whose support depends on other latent sites has no
+closed-form marginal and is refused (its draws are right: they map each draw with the
+drawn values of the sites it depends on).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Callable
+
+import jax.numpy as jnp
+import numpyro.distributions as dist
+from numpyro.distributions.transforms import AffineTransform, ComposeTransform, IndependentTransform
+
+from .families import get_family
+from .marginals import is_elementwise
+
+__all__ = ["MatchedPosterior", "AffineTransformed", "site_distribution"]
+
+
+class MatchedPosterior(Mapping):
+    """``{site: numpyro Distribution}``: each site's matched family on its own domain.
+
+    Built lazily, site by site; ``refuse(name)`` returns an error message for a site that
+    has no closed-form marginal (else ``None``).
+    """
+
+    def __init__(self, build: Callable, names: tuple, refuse: Callable):
+        self._build, self._names, self._refuse = build, names, refuse
+        self._cache = {}
+
+    def __getitem__(self, name):
+        if name not in self._names:
+            raise KeyError(f"{name!r} is not a latent site; latent sites are {list(self._names)}")
+        if name not in self._cache:
+            why = self._refuse(name)
+            if why is not None:
+                raise ValueError(why)
+            self._cache[name] = self._build(name)
+        return self._cache[name]
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self):
+        return len(self._names)
+
+    def __repr__(self):
+        return f"MatchedPosterior({list(self._names)})"
+
+
+class AffineTransformed(dist.TransformedDistribution):
+    """``loc + scale * X`` for a matched family ``X`` (bounded sites), with its moments."""
+
+    @property
+    def _affine(self):
+        (t,) = self.transforms
+        return t
+
+    @property
+    def mean(self):
+        return self._affine.loc + self._affine.scale * self.base_dist.mean
+
+    @property
+    def variance(self):
+        return jnp.square(self._affine.scale) * self.base_dist.variance
+
+
+def _outer_transform(t):
+    """The part of a basis transform after its core (``exp``/``sigmoid``): the bounds."""
+    if isinstance(t, IndependentTransform):
+        t = t.base_transform
+    if isinstance(t, ComposeTransform) and len(t.parts) > 1:
+        rest = t.parts[1:]
+        return rest[0] if len(rest) == 1 else ComposeTransform(rest)
+    return None
+
+
+def site_distribution(site, params: dict, transform):
+    """The matched family of ``site`` (a :class:`~numpyro_lm.trace.SiteSpec`) with ``params``,
+    on the site's domain; ``transform`` is the site's basis transform at the mode."""
+    family = get_family(site.family, site.basis)
+    d = family.distribution(params)
+    if is_elementwise(site, family) and site.basis_event_dim > 0:
+        d = d.to_event(site.basis_event_dim)
+    if family.in_basis:
+        return dist.TransformedDistribution(d, transform)
+    outer = _outer_transform(transform)
+    if outer is None:
+        return d
+    if isinstance(outer, AffineTransform):
+        return AffineTransformed(d, outer)
+    return dist.TransformedDistribution(d, outer)

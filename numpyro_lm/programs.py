@@ -1,0 +1,172 @@
+"""Compiled programs over a model's arguments: one jit cache, batched and sharded on request.
+
+A model's arguments mix arrays (data: traced, so a refit with new data of the same shapes
+reuses the compiled program) and other values (plate sizes, flags, ``None``: static, part
+of the program). :func:`split_inputs` separates them into a list of arrays and a hashable
+:class:`InputKey`; :func:`merge_inputs` puts them back together inside a program.
+
+:func:`program` compiles a pure function ``fn(static..., *arrays, args, kwargs)`` once per
+function, static values, argument shapes and XLA options (``jax.jit``'s own cache), for
+one data set or, with ``axes``, for a batch of data sets: ``jax.vmap`` over the leading
+axis of the arrays marked batched, ``jax.shard_map`` across devices when a mesh is given.
+Any pure function of the package or of an adapter can be compiled this way: nothing is
+bound to a ``LaplaceMatching`` object.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, NamedTuple, Optional
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, PartitionSpec
+
+__all__ = [
+    "FAST_COMPILE",
+    "usable_compiler_options",
+    "InputKey",
+    "split_inputs",
+    "merge_inputs",
+    "shape_key",
+    "program",
+    "batch_mesh",
+]
+
+# XLA options for the small programs of a Laplace fit: LLVM's backend optimisations cost
+# two to three times the compile time and buy little on dense linear algebra of this size;
+# XLA:CPU's elemental emitters compile the many small fusions of a log density in about
+# half the time of its newer fusion emitters (jaxlib 0.10), at the same speed.
+FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
+
+
+@functools.lru_cache(maxsize=None)
+def _known_option(name: str, value) -> bool:
+    try:
+        jax.jit(lambda x: x, compiler_options={name: value}).lower(0.0).compile()
+    except Exception:  # "No such compile option" from a jaxlib without it
+        return False
+    return True
+
+
+def usable_compiler_options(options):
+    """``options`` less the entries of :data:`FAST_COMPILE` this jaxlib does not know.
+
+    Checked once per option on first use (after the user has configured JAX), by
+    compiling an identity; options a user adds are passed on unchecked.
+    """
+    if options is None:
+        return None
+    return {k: v for k, v in options.items()
+            if not (k in FAST_COMPILE and v == FAST_COMPILE[k]) or _known_option(k, v)}
+
+
+class _Static:
+    """Hashable wrapper for a non-array model argument (compared by value, else identity)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def _key(self):
+        try:
+            hash(self.value)
+            return (type(self.value), self.value)
+        except TypeError:
+            return (type(self.value), id(self.value))
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __eq__(self, other):
+        return isinstance(other, _Static) and self._key() == other._key()
+
+
+def _is_array(x) -> bool:
+    return isinstance(x, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct))
+
+
+class InputKey(NamedTuple):
+    """The static part of a pytree of inputs: its structure and non-array leaves."""
+
+    treedef: object
+    static: tuple  # one entry per leaf: a _Static, or None where the leaf is an array
+
+
+def split_inputs(tree):
+    """``(arrays, key)``: the array leaves of ``tree`` (traced) and an :class:`InputKey`."""
+    leaves, treedef = jax.tree.flatten(tree)
+    arrays = [leaf for leaf in leaves if _is_array(leaf)]
+    static = tuple(None if _is_array(leaf) else _Static(leaf) for leaf in leaves)
+    return arrays, InputKey(treedef, static)
+
+
+def merge_inputs(arrays, key: InputKey):
+    """Inverse of :func:`split_inputs`."""
+    arrays = iter(arrays)
+    return jax.tree.unflatten(key.treedef, [next(arrays) if s is None else s.value for s in key.static])
+
+
+def shape_key(arrays) -> tuple:
+    """Shapes and dtypes of the arrays, with the precision mode: what a compiled program depends on."""
+    return tuple((np.shape(a), str(jax.numpy.result_type(a))) for a in arrays) + (jax.config.jax_enable_x64,)
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(options: Optional[tuple], num_static: int) -> Callable:
+    """``jax.jit`` of :func:`_call` with these XLA options (one wrapper per option set)."""
+    opts = None if options is None else usable_compiler_options(dict(options))
+    return jax.jit(_call, static_argnums=tuple(range(5 + num_static)), compiler_options=opts)
+
+
+def _call(fn, key, axes, mesh, num_static, *rest):
+    """Run ``fn`` on one data set, or vmap (and shard) it over the batch (see :func:`program`)."""
+    static, (inputs, arrays) = rest[:num_static], rest[num_static:]
+
+    def one(inputs, arrays):
+        args, kwargs = merge_inputs(inputs, key)
+        return fn(*static, *arrays, args, kwargs)
+
+    if axes is None:
+        return one(inputs, arrays)
+    in_axes = ([0 if batched else None for batched in axes], 0)
+    mapped = jax.vmap(one, in_axes=in_axes)
+    if mesh is not None:
+        spec = PartitionSpec(mesh.axis_names[0])
+        in_specs = ([spec if batched else PartitionSpec() for batched in axes], spec)
+        mapped = jax.shard_map(mapped, mesh=mesh, in_specs=in_specs, out_specs=spec)
+    return mapped(inputs, arrays)
+
+
+def program(fn: Callable, *static, compiler_options=FAST_COMPILE, axes=None, mesh: Optional[Mesh] = None):
+    """``fn(*static, *arrays, args, kwargs)`` compiled; returns ``run(arrays, args, kwargs)``.
+
+    ``fn`` and the ``static`` values must be hashable (module-level functions, NamedTuples
+    of hashable fields): they key ``jax.jit``'s cache with the argument shapes, so a second
+    call with new data of the same shapes runs the compiled program.
+
+    :param axes: ``None`` for one data set; else a tuple with one flag per array leaf of
+        ``(args, kwargs)`` (in :func:`split_inputs` order), ``True`` where the leaf carries a
+        leading batch axis. ``arrays`` are then batched along their leading axis too, and
+        ``fn`` is vmapped over the batch.
+    :param mesh: a one-axis :class:`jax.sharding.Mesh`: the batch is split across its
+        devices with ``jax.shard_map`` (its size must be a multiple of the mesh's).
+    """
+    options = None if compiler_options is None else tuple(sorted(compiler_options.items()))
+    jitted = _compiled(options, len(static))
+
+    def run(arrays, args=(), kwargs=None):
+        inputs, key = split_inputs((tuple(args), dict(kwargs or {})))
+        return jitted(fn, key, axes, mesh, len(static), *static, inputs, tuple(arrays))
+
+    return run
+
+
+def batch_mesh(devices=None) -> Optional[Mesh]:
+    """A one-axis mesh ``("batch",)`` over ``devices`` (default: this process's devices),
+    or ``None`` where there is only one."""
+    devices = list(jax.local_devices() if devices is None else devices)
+    if len(devices) < 2:
+        return None
+    return Mesh(np.array(devices), ("batch",))

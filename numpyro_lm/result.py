@@ -1,0 +1,240 @@
+"""A fitted approximation: draws, importance weights, matched posterior and diagnostics on demand.
+
+:class:`Result` holds what a fit computed (device arrays) with the model and arguments it
+was fitted to, and computes the rest when asked, once: draws (for a number of samples),
+their importance weights and PSIS (:mod:`numpyro_lm.diagnostics`), each site's matched
+distribution (:mod:`numpyro_lm.posterior`), the diagnostics dictionary and the summary.
+A joint fit (:class:`numpyro_lm.joint.JointResult`) and a nested one
+(:class:`numpyro_lm.nested.fit.NestedResult`) fill in how draws and weights are made.
+
+For ``run_many`` the same object describes B data sets (:class:`numpyro_lm.batch.Batch`):
+every program is vmapped over them, results carry a leading axis of size B, diagnostics
+are arrays (one entry per data set).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import jax
+import numpy as np
+from numpyro.diagnostics import print_summary as numpyro_print_summary
+
+from .batch import Batch, take, take_inputs
+from .diagnostics import KHAT_OK, importance_resample, khat_verdict, psis
+from .posterior import MatchedPosterior, site_distribution
+from .programs import program
+from .random import host_generator
+
+__all__ = ["Result"]
+
+
+def _spectrum_range(gaussian, args, kwargs):
+    w = gaussian.curvature.spectrum()[0]
+    return w[0], w[-1]
+
+
+def _support_bounds(info, mean, args, kwargs):
+    return info.support_bounds(mean, args, kwargs)
+
+
+class Result:
+    """A fit of one data set, or of a batch (module docstring)."""
+
+    def __init__(self, info, args, kwargs, rng_key, num_samples: int, compiler_options,
+                 batch: Optional[Batch] = None):
+        self.info, self.args, self.kwargs, self.rng_key = info, tuple(args), dict(kwargs), rng_key
+        self.num_samples, self.compiler_options, self.batch = num_samples, compiler_options, batch
+        self._draws, self._weights = {}, {}
+        self._posterior = self._mode_trace = self._refused = None
+
+    # ------------------------------------------------------------ to fill in
+
+    @property
+    def gaussian(self):
+        raise NotImplementedError
+
+    @property
+    def params(self):
+        raise NotImplementedError
+
+    def _new_draws(self, num_samples: int):
+        """``(samples, flat)`` (device arrays; padded batch)."""
+        raise NotImplementedError
+
+    def _new_weights(self, num_samples: int, flat):
+        """``(log p, log q)`` of the draws (host arrays; padded batch)."""
+        raise NotImplementedError
+
+    def _fit_diagnostics(self) -> dict:
+        raise NotImplementedError
+
+    def _search_summary(self, d: dict) -> str:
+        raise NotImplementedError
+
+    # -------------------------------------------------------------- programs
+
+    def program(self, fn, *static):
+        """``fn`` compiled for these arguments (vmapped and sharded for a batch)."""
+        axes = mesh = None
+        if self.batch is not None:
+            axes, mesh = self.batch.axes, self.batch.mesh
+        return program(fn, *static, compiler_options=self.compiler_options, axes=axes, mesh=mesh)
+
+    def call(self, fn, static: tuple, arrays: tuple):
+        return self.program(fn, *static)(arrays, self.args, self.kwargs)
+
+    def unpad(self, tree):
+        """Drop the batch's padding (identity for one data set)."""
+        return tree if self.batch is None else take(tree, slice(0, self.batch.size))
+
+    def first(self):
+        """``(mean, args, kwargs)`` of the (first) data set."""
+        if self.batch is None:
+            return self.gaussian.mean, self.args, self.kwargs
+        return self.gaussian.mean[0], *take_inputs(self.args, self.kwargs, self.batch.axes, 0)
+
+    # ----------------------------------------------------------------- draws
+
+    def draws(self, num_samples: Optional[int] = None):
+        """``(samples, flat)`` of ``num_samples`` draws (default: ``self.num_samples``), kept."""
+        n = self.num_samples if num_samples is None else num_samples
+        if n < 1:
+            raise ValueError(f"num_samples must be positive, not {n}")
+        if n not in self._draws:
+            self._draws[n] = self._new_draws(n)
+        return self._draws[n]
+
+    def weights(self, num_samples: Optional[int] = None):
+        """``(log p, log q, PSIS)`` of the draws (a list of PSIS for a batch), computed once."""
+        n = self.num_samples if num_samples is None else num_samples
+        if n not in self._weights:
+            flat = self.draws(n)[1]
+            log_p, log_q = (np.asarray(a, np.float64) for a in self.unpad(self._new_weights(n, flat)))
+            dtype = np.asarray(jax.device_get(flat[..., :1])).dtype
+            rows = [psis(p, q, noise=np.sqrt(np.finfo(dtype).eps) * (1.0 + np.max(np.abs(p))))
+                    for p, q in zip(log_p.reshape(-1, n), log_q.reshape(-1, n))]
+            self._weights[n] = (log_p, log_q, rows[0] if self.batch is None else rows)
+        return self._weights[n]
+
+    def get_samples(self, num_samples=None, group_by_chain=False, resample=None, rng_key=None) -> dict:
+        samples = self.unpad(self.draws(num_samples)[0])
+        if resample is not None:
+            samples = self._resample(samples, num_samples, resample, rng_key)
+        if group_by_chain:
+            axis = 0 if self.batch is None else 1
+            samples = jax.tree.map(lambda x: jax.numpy.expand_dims(x, axis), samples)
+        return samples
+
+    def _resample(self, samples, num_samples, method, rng_key):
+        if method != "psis":
+            raise ValueError(f'resample must be None or "psis", not {method!r}')
+        weights = self.weights(num_samples)[2]
+        rows = [weights] if self.batch is None else weights
+        bad = [i for i, w in enumerate(rows) if not w.khat <= KHAT_OK]
+        if bad:
+            where = "" if self.batch is None else f"data sets {bad[:10]}: "
+            raise ValueError(
+                f"PSIS resampling refused: {where}" + khat_verdict(rows[bad[0]].khat) + " Importance "
+                "weights this heavy-tailed give estimates dominated by a few draws."
+            )
+        rng = host_generator(jax.random.fold_in(self.rng_key, 3) if rng_key is None else rng_key)
+        index = [importance_resample(rng, w.log_weights, len(w.log_weights)) for w in rows]
+        if self.batch is None:
+            return jax.tree.map(lambda x: x[index[0]], samples)
+        index = np.stack(index)
+        return jax.tree.map(lambda x: np.take_along_axis(
+            np.asarray(x), index.reshape(index.shape + (1,) * (np.ndim(x) - 2)), axis=1), samples)
+
+    def extra_fields(self, group_by_chain: bool = False) -> dict:
+        log_p, log_q, _ = self.weights()
+        fields = {"lp": log_p, "log_q": log_q, "log_weight": log_p - log_q}
+        if group_by_chain:
+            axis = 0 if self.batch is None else 1
+            fields = {k: np.expand_dims(v, axis) for k, v in fields.items()}
+        return fields
+
+    # ------------------------------------------------------------- posterior
+
+    def mode_trace(self):
+        """The model's trace at the (first data set's) mean: the sites' supports there."""
+        if self._mode_trace is None:
+            mean, args, kwargs = self.first()
+            self._mode_trace = self.info.trace(mean, args, kwargs)
+        return self._mode_trace
+
+    def _refuse(self, name: str) -> Optional[str]:
+        if self._refused is None:
+            mean, args, kwargs = self.first()
+            refused = {n: (f"site {n!r} has a support that depends on other latent sites, so its marginal has no "
+                           "closed-form matched family. Use get_samples(), whose draws map the site with the drawn "
+                           "values of the sites it depends on.") for n in self.info.dependent_sites(mean, args, kwargs)}
+            if self.batch is not None:
+                bounds = jax.device_get(self.call(_support_bounds, (self.info,), (self.gaussian.mean,)))
+                for n, b in self.unpad(bounds).items():
+                    if n not in refused and b.size and not np.all(b == b[:1]):
+                        refused[n] = (f"site {n!r} has support bounds that differ between the data sets, so the "
+                                      "batch has no one matched family for it. Use get_samples().")
+            self._refused = refused
+        return self._refused.get(name)
+
+    @property
+    def posterior(self) -> MatchedPosterior:
+        if self._posterior is None:
+            params = self.unpad(self.params)
+
+            def build(name):
+                return site_distribution(self.info.layout.site(name), params[name],
+                                         self.info.transform(name, self.mode_trace()))
+
+            self._posterior = MatchedPosterior(build, tuple(s.name for s in self.info.layout.sites), self._refuse)
+        return self._posterior
+
+    # ----------------------------------------------------------- diagnostics
+
+    def diagnostics(self) -> dict:
+        low, high = (np.asarray(a, np.float64) for a in jax.device_get(self.unpad(
+            self.call(_spectrum_range, (), (self.gaussian,)))))
+        weights = self.weights()[2]
+        rows = [weights] if self.batch is None else weights
+
+        def per_row(values):
+            values = np.asarray(values)
+            return values[0].item() if self.batch is None else values
+
+        with np.errstate(divide="ignore", invalid="ignore"):
+            condition = np.where(low > 0, high / low, np.inf)
+        return {
+            **self._fit_diagnostics(),
+            "dimension": int(self.info.size),
+            "hessian_min_eigenvalue": per_row(np.atleast_1d(low)),
+            "hessian_max_eigenvalue": per_row(np.atleast_1d(high)),
+            "hessian_condition_number": per_row(np.atleast_1d(condition)),
+            "pareto_k": per_row([w.khat for w in rows]),
+            "psis_ess": per_row([w.ess for w in rows]),
+            "elbo": per_row([w.elbo for w in rows]),
+            "log_evidence": per_row([w.log_evidence for w in rows]),
+            "num_samples": int(self.num_samples),
+            "verdict": khat_verdict(rows[0].khat) if self.batch is None else [khat_verdict(w.khat) for w in rows],
+        }
+
+    def print_summary(self, prob: float = 0.9, exclude_deterministic: bool = True):
+        d = self.diagnostics()
+        families = "Matched families: " + ", ".join(
+            f"{s.name} ~ {s.family} ({s.basis} basis)" for s in self.info.layout.sites)
+        if self.batch is not None:
+            khat = np.asarray(d["pareto_k"])
+            print(f"{self.batch.size} data sets. {self._search_summary(d)}\n{families}\nPareto k-hat over "
+                  f"the data sets: median {np.median(khat):.2f}, max {np.max(khat):.2f}; "
+                  f"{int(np.sum(khat > KHAT_OK))} above {KHAT_OK} (see diagnostics()['verdict']).")
+            return
+        samples = self.get_samples()
+        if exclude_deterministic:
+            samples = {s.name: samples[s.name] for s in self.info.layout.sites}
+        numpyro_print_summary(samples, prob=prob, group_by_chain=False)
+        print(
+            f"{self._search_summary(d)}\nNegative Hessian eigenvalues in [{d['hessian_min_eigenvalue']:.3g}, "
+            f"{d['hessian_max_eigenvalue']:.3g}], condition number {d['hessian_condition_number']:.3g}.\n"
+            f"{families}\nDid it work? Pareto smoothed importance sampling of log p - log q over "
+            f"{d['num_samples']} draws: {d['verdict']} (importance ESS {d['psis_ess']:.0f}.)"
+        )

@@ -1,0 +1,107 @@
+"""The one Newton method, its convergence rule, and the L-BFGS warm start."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from numpyro_lm.optimize import lbfgs, modified_cholesky, newton, newton_init, value_grad_hessian
+
+pytestmark = pytest.mark.usefixtures("x64")
+
+
+def rosenbrock(x):
+    return jnp.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
+
+
+def saddle(v):
+    return v[0] ** 2 - v[1] ** 2 + 0.25 * v[1] ** 4
+
+
+def test_value_grad_hessian_matches_jax():
+    x = jnp.array([0.3, -1.2, 0.8])
+    value, grad, hess = value_grad_hessian(rosenbrock, x)
+    np.testing.assert_allclose(value, rosenbrock(x))
+    np.testing.assert_allclose(grad, jax.grad(rosenbrock)(x), rtol=1e-12)
+    np.testing.assert_allclose(hess, jax.hessian(rosenbrock)(x), rtol=1e-12)
+
+
+def test_newton_solves_a_quadratic_in_one_step():
+    a = jnp.array([[3.0, 1.0], [1.0, 2.0]])
+    b = jnp.array([1.0, -4.0])
+    state = newton(lambda x: 0.5 * x @ a @ x - b @ x, newton_init(jnp.zeros(2)), 1e-9, 20)
+    # one evaluation at the start, one at the exact solution (which certifies it)
+    assert bool(state.converged) and int(state.num_iter) == 2
+    np.testing.assert_allclose(state.x, jnp.linalg.solve(a, b), rtol=1e-12)
+    # the curvature at the mode comes with the convergence check
+    np.testing.assert_allclose(state.hess, a, rtol=1e-12)
+    np.testing.assert_allclose(state.chol @ state.chol.T, a, rtol=1e-12)
+
+
+def test_newton_converges_on_rosenbrock_through_indefinite_hessians():
+    state = newton(rosenbrock, newton_init(jnp.array([-1.2, 1.0, 0.5])), 1e-9, 500)
+    assert bool(state.converged) and bool(state.positive)
+    np.testing.assert_allclose(state.x, jnp.ones(3), rtol=1e-8)
+    np.testing.assert_allclose(state.hess, jax.hessian(rosenbrock)(state.x), rtol=1e-10)
+
+
+def test_newton_escapes_a_saddle():
+    """The modified Cholesky step is a descent direction: it moves away from the saddle at y = 0."""
+    state = newton(saddle, newton_init(jnp.array([1.0, 1e-3])), 1e-9, 200)
+    assert bool(state.converged)
+    np.testing.assert_allclose(jnp.abs(state.x), jnp.array([0.0, jnp.sqrt(2.0)]), atol=1e-8)
+    assert float(jnp.min(jnp.linalg.eigvalsh(state.hess))) > 0
+
+
+def test_newton_in_chunks_gives_the_same_iterates():
+    run = jax.jit(lambda state, until: newton(rosenbrock, state, 1e-9, until))
+    one = run(newton_init(jnp.array([-1.2, 1.0, 0.5])), 500)
+    state = newton_init(jnp.array([-1.2, 1.0, 0.5]))
+    for until in range(5, 505, 5):
+        state = run(state, until)
+    assert int(state.num_iter) == int(one.num_iter)
+    np.testing.assert_array_equal(state.x, one.x)
+
+
+def test_newton_reports_instead_of_raising():
+    # an unbounded objective: the search runs out of budget, flags say so
+    state = newton(lambda x: -jnp.sum(x**2), newton_init(jnp.ones(2)), 1e-9, 30)
+    assert not bool(state.converged) and int(state.num_iter) <= 30
+    # a start outside the support: the line search stalls at the start
+    state = newton(lambda x: jnp.where(x[0] > 0, jnp.inf, x[0] ** 2), newton_init(jnp.ones(1)), 1e-9, 100)
+    assert not bool(state.converged) and not bool(jnp.isfinite(state.value))
+
+
+def test_newton_under_vmap_matches_one_by_one():
+    targets = jnp.array([0.5, -2.0, 3.0])
+
+    def solve(t):
+        return newton(lambda x: jnp.sum((x - t) ** 4) + jnp.sum((x - t) ** 2), newton_init(jnp.zeros(2)), 1e-9, 100)
+
+    batched = jax.vmap(solve)(targets)
+    for i, t in enumerate(targets):
+        np.testing.assert_array_equal(batched.x[i], solve(t).x)
+        np.testing.assert_allclose(batched.x[i], jnp.full(2, t), rtol=1e-8)
+
+
+@pytest.mark.parametrize("eigenvalues", [[1.0, 2.0, 3.0], [-1.0, 0.5, 4.0], [-2.0, -1.0, -0.5]])
+def test_modified_cholesky_is_exact_or_positive_definite(eigenvalues):
+    q = jnp.linalg.qr(jax.random.normal(jax.random.PRNGKey(0), (3, 3)))[0]
+    hess = (q * jnp.array(eigenvalues)) @ q.T
+    chol, positive = modified_cholesky(hess)
+    assert bool(positive) == (min(eigenvalues) > 0)
+    if positive:
+        np.testing.assert_allclose(chol @ chol.T, hess, atol=1e-12)
+    else:  # hess + mu I with mu past Gershgorin's bound: a positive definite factor
+        shift = chol @ chol.T - hess
+        np.testing.assert_allclose(shift, shift[0, 0] * jnp.eye(3), atol=1e-12)
+        assert float(shift[0, 0]) + min(eigenvalues) > 0
+
+
+def test_lbfgs_then_newton():
+    x, num_iter, grad_norm = lbfgs(rosenbrock, jnp.array([-1.2, 1.0, 0.5]), 1e-6, 500)
+    assert int(num_iter) < 500
+    assert float(jnp.max(jnp.abs(jax.grad(rosenbrock)(x)))) < 1e-4
+    state = newton(rosenbrock, newton_init(x), 1e-9, 20)
+    assert bool(state.converged)
+    np.testing.assert_allclose(state.x, jnp.ones(3), rtol=1e-8)

@@ -1,0 +1,58 @@
+"""Compiled programs: inputs split into traced arrays and static values, one compile per shape."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from numpyro_lm.programs import FAST_COMPILE, merge_inputs, program, split_inputs, usable_compiler_options
+
+pytestmark = pytest.mark.usefixtures("x64")
+
+
+def test_split_and_merge_round_trip():
+    tree = ((jnp.ones(3), 2, None), {"flag": True, "y": np.zeros(2)})
+    arrays, key = split_inputs(tree)
+    assert len(arrays) == 2
+    assert jax.tree.structure(merge_inputs(arrays, key)) == jax.tree.structure(tree)
+    _, other = split_inputs(((jnp.zeros(3), 2, None), {"flag": True, "y": np.ones(2)}))
+    assert hash(other) == hash(key) and other == key  # same static values: the same program
+    _, changed = split_inputs(((jnp.ones(3), 3, None), {"flag": True, "y": np.zeros(2)}))
+    assert changed != key
+
+
+TRACES = []
+
+
+def scaled_sum(scale, x, args, kwargs):
+    TRACES.append(1)
+    (y,) = args
+    return scale * jnp.sum(x) + jnp.sum(y) * kwargs["k"]
+
+
+def test_program_compiles_once_per_shape_and_batches():
+    TRACES.clear()
+    run = program(scaled_sum, 2.0)
+    assert float(run((jnp.ones(3),), (jnp.ones(2),), {"k": 3})) == 12.0
+    assert float(run((jnp.zeros(3),), (jnp.ones(2),), {"k": 3})) == 6.0
+    assert len(TRACES) == 1  # same shapes and static values: no retrace
+    run((jnp.zeros(4),), (jnp.ones(2),), {"k": 3})
+    assert len(TRACES) == 2
+    # batched: x and y carry a leading axis, k is shared
+    batched = program(scaled_sum, 2.0, axes=(True,))
+    out = batched((jnp.arange(6.0).reshape(2, 3),), (jnp.ones((2, 2)),), {"k": 1})
+    np.testing.assert_allclose(out, [2 * 3.0 + 2, 2 * 12.0 + 2])
+
+
+def test_fast_compile_options_unknown_to_this_jaxlib_are_dropped(monkeypatch):
+    import numpyro_lm.programs as programs
+
+    # this jaxlib knows both of FAST_COMPILE's options: they are kept and compile
+    assert usable_compiler_options(FAST_COMPILE) == FAST_COMPILE
+    assert float(jax.jit(lambda x: 2 * x, compiler_options=usable_compiler_options(FAST_COMPILE))(1.0)) == 2.0
+    # one it does not know (as on an older jaxlib) is dropped; a user's own is passed on
+    fast = dict(FAST_COMPILE, xla_no_such_option=True)
+    monkeypatch.setattr(programs, "FAST_COMPILE", fast)
+    assert usable_compiler_options(fast) == FAST_COMPILE
+    assert "xla_user_option" in usable_compiler_options({"xla_user_option": 1})
+    assert usable_compiler_options(None) is None
