@@ -32,7 +32,8 @@ from numpyro.distributions import transforms as T
 jax.config.update("jax_enable_x64", True)
 
 from numpyro_lm.bases import SquareTransform, ZeroSumSoftmaxTransform  # noqa: E402
-from numpyro_lm.laplace import initial_state, newton_minimize  # noqa: E402
+from numpyro_lm.curvature import covariance  # noqa: E402
+from numpyro_lm.laplace import laplace  # noqa: E402
 
 
 class _SimplexFree(T.ParameterFreeTransform):
@@ -90,17 +91,15 @@ def numeric_laplace(d, t, y0):
     def unflat(y):
         return y[0] if scalar else y
 
-    def fn(y):
-        value = -log_density_in_basis(d, t, unflat(y))
-        return jnp.where(jnp.isfinite(value), value, jnp.inf)
+    def log_p(y):
+        value = log_density_in_basis(d, t, unflat(y))
+        return jnp.where(jnp.isfinite(value), value, -jnp.inf)
 
-    state = newton_minimize(fn, initial_state(jnp.atleast_1d(y0)), 1e-10, 200)
-    hess = jax.hessian(fn)(state.x)
-    eig = jnp.linalg.eigvalsh(hess)
-    inside = bool(jnp.all(d.support.check(t(unflat(state.x)))))
-    if not (bool(state.converged) and bool(jnp.all(eig > 0)) and inside):
+    state = laplace(log_p, jnp.atleast_1d(y0), tol=1e-10)
+    inside = bool(jnp.all(d.support.check(t(unflat(state.mode)))))
+    if not (bool(state.info.converged) and bool(state.info.positive) and inside):
         return None
-    return state.x, jnp.linalg.inv(hess)
+    return state.mode, covariance(state.curvature)
 
 
 def _mmd(a, b):

@@ -6,13 +6,12 @@ exact Wishart maps) runs :func:`newton`.
 
 **Newton.** Each iteration evaluates value, gradient and Hessian at a *trial point*
 ``x + t step`` (one forward-over-reverse trace of ``fn``: the compiled program holds one
-copy of the model). The trial is accepted on Armijo decrease, and the next step
-:math:`-\tilde H^{-1} g` is computed from it, with :math:`\tilde H` the Hessian's
-:func:`modified_cholesky` factor (the Hessian itself where it is positive definite, else
-shifted by Gershgorin's bound, a descent direction either way); else ``t`` is halved. So
-the state always holds the gradient and Hessian *at its point*: the curvature of the
-Laplace approximation comes with the last convergence check. ``num_iter`` counts
-evaluations. The state is resumable: a loop of :func:`newton` calls with growing
+copy of the model). The trial is accepted on Armijo decrease, and the next step is
+computed from it (:func:`newton_step`: through the Cholesky factor where the Hessian is
+positive definite, the saddle-free step through its eigendecomposition elsewhere); else
+``t`` is halved. So the state always holds the gradient and Hessian *at its point*: the
+curvature of the Laplace approximation comes with the last convergence check.
+``num_iter`` counts evaluations. The state is resumable: a loop of :func:`newton` calls with growing
 ``max_iter`` (for a progress bar) gives the same iterates as one call.
 
 **Convergence** (:func:`is_converged`) is judged by the *Newton decrement*
@@ -21,8 +20,8 @@ deviations, independent of the parameters' units. Converged below ``tol``, or on
 decrease it predicts, ``decrement^2/2``, is below the rounding error of the log density
 (``eps |f|``); and a trial rejected on a step whose predicted decrease is below
 ``1e4 eps |f|`` has hit the noise of ``fn`` (sums of cancelling terms round well above
-``eps |f|``): the mode is found to that precision. Convergence needs a positive definite
-Hessian.
+``eps |f|``): the mode is found to that precision. Convergence says the point is
+stationary; whether it is a mode is the flag ``positive``.
 
 **L-BFGS** (optax, zoom line search) is a warm start for dimensions where a Hessian per
 step costs too much; :func:`newton` then polishes and certifies the mode.
@@ -41,7 +40,7 @@ __all__ = [
     "NewtonState",
     "default_tol",
     "value_grad_hessian",
-    "modified_cholesky",
+    "newton_step",
     "is_converged",
     "newton_init",
     "newton",
@@ -70,18 +69,30 @@ def value_grad_hessian(fn: Callable, x):
     return value, grad, 0.5 * (hess + hess.T)
 
 
-def modified_cholesky(hess):
-    """``(L, positive)``: the Cholesky factor of ``hess``, or where it is not positive
-    definite of ``hess + mu I`` with Gershgorin's ``mu = max_i (sum_{j != i} |H_ij| - H_ii)``
-    (plus ``sqrt(eps)`` of the diagonal's scale), which is."""
+def newton_step(grad, hess):
+    """``(step, decrement, chol, positive)``: the Newton step and its length in posterior SDs.
+
+    Where ``hess`` is positive definite, its Cholesky factor ``chol`` gives ``-H^-1 g``;
+    elsewhere the *saddle-free* step ``-|H|^-1 g`` with ``|H|`` the Hessian's absolute
+    eigenvalues (floored at ``eps`` of the largest): a descent direction that is repelled
+    by saddle points and takes full-length steps along directions of negative curvature
+    (Dauphin et al. 2014). ``decrement`` is ``sqrt(g' H^-1 g)`` with the matrix used.
+    """
     chol = jnp.linalg.cholesky(hess)
-    positive = jnp.all(jnp.isfinite(chol))
-    diagonal = jnp.diagonal(hess)
-    off = jnp.sum(jnp.abs(hess), axis=-1) - jnp.abs(diagonal)
-    floor = jnp.sqrt(jnp.finfo(hess.dtype).eps) * jnp.maximum(1.0, jnp.max(jnp.abs(diagonal)))
-    mu = jnp.maximum(jnp.max(off - diagonal), 0.0) + floor
-    shifted = jnp.linalg.cholesky(hess + mu * jnp.eye(hess.shape[-1], dtype=hess.dtype))
-    return jnp.where(positive, chol, shifted), positive
+    positive = jnp.all(jnp.isfinite(chol)) & jnp.all(jnp.diagonal(chol) > 0)
+
+    def from_cholesky():
+        g = jax.scipy.linalg.solve_triangular(chol, grad, lower=True)
+        return -jax.scipy.linalg.solve_triangular(chol.T, g, lower=False), jnp.sqrt(jnp.sum(g**2))
+
+    def saddle_free():
+        w, q = jnp.linalg.eigh(hess)
+        w = jnp.maximum(jnp.abs(w), jnp.finfo(w.dtype).eps * jnp.maximum(jnp.max(jnp.abs(w)), 1.0))
+        g = q.T @ grad
+        return -q @ (g / w), jnp.sqrt(jnp.sum(g**2 / w))
+
+    step, decrement = lax.cond(positive, from_cholesky, saddle_free)
+    return step, decrement, chol, positive
 
 
 def _rounding(value):
@@ -103,9 +114,9 @@ class NewtonState(NamedTuple):
     value: jnp.ndarray  # fn(x); inf before the first evaluation
     grad: jnp.ndarray
     hess: jnp.ndarray
-    chol: jnp.ndarray  # modified_cholesky(hess)
+    chol: jnp.ndarray  # Cholesky factor of hess (not finite where hess is not positive definite)
     positive: jnp.ndarray  # hess is positive definite
-    decrement: jnp.ndarray  # sqrt(g' H~^-1 g), posterior SDs
+    decrement: jnp.ndarray  # sqrt(g' H^-1 g), posterior SDs (|H| where H is not positive definite)
     grad_norm: jnp.ndarray  # max |grad|
     num_iter: jnp.ndarray  # evaluations so far
     converged: jnp.ndarray
@@ -138,17 +149,14 @@ def newton(fn: Callable, state: NewtonState, tol: float, max_iter) -> NewtonStat
         value, grad, hess = value_grad_hessian(fn, trial)
         slope = jnp.dot(s.grad, s.step)
         accept = jnp.isfinite(value) & ((s.value == inf) | (value <= s.value + 1e-4 * s.t * slope))
-        chol, positive = modified_cholesky(hess)
-        g = jax.scipy.linalg.solve_triangular(chol, grad, lower=True)
-        new_step = -jax.scipy.linalg.solve_triangular(chol.T, g, lower=False)
-        decrement = jnp.sqrt(jnp.sum(g**2))
+        new_step, decrement, chol, positive = newton_step(grad, hess)
         accepted = s._replace(
             x=trial, value=value, grad=grad, hess=hess, chol=chol, positive=positive, decrement=decrement,
-            grad_norm=jnp.max(jnp.abs(grad)), converged=positive & is_converged(decrement, value, tol),
+            grad_norm=jnp.max(jnp.abs(grad)), converged=is_converged(decrement, value, tol),
             step=new_step, t=jnp.ones_like(s.t),
         )
         # a rejected trial on a step this small has hit the noise of fn: converged there
-        at_noise_floor = s.positive & (0.5 * s.decrement**2 <= 1e4 * _rounding(s.value))
+        at_noise_floor = jnp.isfinite(s.value) & (0.5 * s.decrement**2 <= 1e4 * _rounding(s.value))
         rejected = s._replace(converged=at_noise_floor, stalled=(~at_noise_floor) & (s.t < 2.0**-40), t=0.5 * s.t)
         s = jax.tree.map(lambda a, r: jnp.where(accept, a, r), accepted, rejected)
         return s._replace(num_iter=s.num_iter + 1)

@@ -152,6 +152,6 @@ def test_register_new_basis_and_unknown_name():
     from numpyro.distributions.transforms import SoftplusTransform
 
     register_basis("softplus_test", lambda c: SoftplusTransform(), "gaussian")
-    assert "softplus_test" in numpyro_lm.basis_names()
+    assert "softplus_test" in numpyro_lm.bases.basis_names()
     with pytest.raises(ValueError, match="unknown basis 'nope'"):
         get_basis("nope")

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from numpyro_lm.optimize import lbfgs, modified_cholesky, newton, newton_init, value_grad_hessian
+from numpyro_lm.optimize import lbfgs, newton, newton_init, newton_step, value_grad_hessian
 
 pytestmark = pytest.mark.usefixtures("x64")
 
@@ -46,7 +46,7 @@ def test_newton_converges_on_rosenbrock_through_indefinite_hessians():
 
 
 def test_newton_escapes_a_saddle():
-    """The modified Cholesky step is a descent direction: it moves away from the saddle at y = 0."""
+    """Saddle-free steps (|eigenvalues|) move away from the saddle at y = 0."""
     state = newton(saddle, newton_init(jnp.array([1.0, 1e-3])), 1e-9, 200)
     assert bool(state.converged)
     np.testing.assert_allclose(jnp.abs(state.x), jnp.array([0.0, jnp.sqrt(2.0)]), atol=1e-8)
@@ -85,17 +85,19 @@ def test_newton_under_vmap_matches_one_by_one():
 
 
 @pytest.mark.parametrize("eigenvalues", [[1.0, 2.0, 3.0], [-1.0, 0.5, 4.0], [-2.0, -1.0, -0.5]])
-def test_modified_cholesky_is_exact_or_positive_definite(eigenvalues):
+def test_newton_step_is_newton_or_saddle_free(eigenvalues):
     q = jnp.linalg.qr(jax.random.normal(jax.random.PRNGKey(0), (3, 3)))[0]
     hess = (q * jnp.array(eigenvalues)) @ q.T
-    chol, positive = modified_cholesky(hess)
+    grad = jnp.array([0.3, -1.0, 2.0])
+    step, decrement, chol, positive = newton_step(grad, hess)
+    # |H| has the eigenvalues' magnitudes: equal to H where it is positive definite
+    abs_hess = (q * jnp.abs(jnp.array(eigenvalues))) @ q.T
     assert bool(positive) == (min(eigenvalues) > 0)
+    np.testing.assert_allclose(step, -jnp.linalg.solve(abs_hess, grad), rtol=1e-10)
+    np.testing.assert_allclose(decrement, jnp.sqrt(grad @ jnp.linalg.solve(abs_hess, grad)), rtol=1e-10)
+    assert float(grad @ step) < 0  # a descent direction either way
     if positive:
         np.testing.assert_allclose(chol @ chol.T, hess, atol=1e-12)
-    else:  # hess + mu I with mu past Gershgorin's bound: a positive definite factor
-        shift = chol @ chol.T - hess
-        np.testing.assert_allclose(shift, shift[0, 0] * jnp.eye(3), atol=1e-12)
-        assert float(shift[0, 0]) + min(eigenvalues) > 0
 
 
 def test_lbfgs_then_newton():
