@@ -54,9 +54,12 @@ class JointResult(Result):
     def _new_weights(self, num_samples: int, flat):
         return jax.device_get(self.call(joint_fit.weigh, (self.info,), (self.keys, self.gaussian, self.params, flat)))
 
-    def checks(self) -> list:
-        """:class:`~numpyro_lm.errors.FitChecks` of each data set."""
-        info, finite = jax.device_get(self.unpad((self.state.info, self.fit.finite_params)))
+    def checks(self, fetched=None) -> list:
+        """:class:`~numpyro_lm.errors.FitChecks` of each data set (``fetched``: the Laplace info
+        and finite-parameter flags already on the host)."""
+        if fetched is None:
+            fetched = jax.device_get((self.state.info, self.fit.finite_params))
+        info, finite = self.unpad(fetched)
         rows = 1 if self.batch is None else self.batch.size
         info, finite = jax.tree.map(lambda a: np.reshape(np.asarray(a), (rows,)), (info, finite))
         return [FitChecks(info.finite[i], info.positive[i], {k: bool(v[i]) for k, v in finite.items()},
@@ -126,35 +129,57 @@ def run_joint(info, options: FitOptions, rng_key, args, kwargs, init_params=None
 
     chunk = min(options.max_iter, 25 if info.size <= 500 else 5)
     at_origin = options.init_strategy is None and init_params is None
-    state, fitted = prog(joint_fit.fit, info, options, at_origin, chunk)((keys, init_params), args, kwargs)
+    # one data set: its draws in the same program (one compilation); a batch: on request
+    # (B x num_samples x D draws need not fit in memory)
+    if batch is None:
+        fit_fn, static = joint_fit.fit_and_draw, (chunk, num_samples)
+    else:
+        fit_fn, static = joint_fit.fit, (chunk,)
+    out = prog(fit_fn, info, options, at_origin, *static)((keys, init_params), args, kwargs)
+    flags, checked = _fetch(out)
     if at_origin:
         # where the basis origin lies outside the density's support (e.g. the sqrt basis)
-        finite = np.asarray(jax.device_get(jnp.isfinite(state.value)))
+        finite = np.isfinite(np.asarray(flags.value))
         if not np.all(finite):
-            retry = prog(joint_fit.fit, info, options, False, chunk)((keys, init_params), args, kwargs)
-            state, fitted = retry if finite.ndim == 0 else _select(jnp.asarray(finite), (state, fitted), retry)
+            retry = prog(fit_fn, info, options, False, *static)((keys, init_params), args, kwargs)
+            out = retry if finite.ndim == 0 else _select(jnp.asarray(finite), out, retry)
+            flags, checked = _fetch(out)
+    state, fitted, draws = out[0], out[1], (out[2] if batch is None else None)
 
-    def needs_more(s):
-        converged, stalled, num_iter = (np.asarray(a) for a in jax.device_get((s.converged, s.stalled, s.num_iter)))
-        todo = np.atleast_1d(~(converged | stalled) & (num_iter < options.max_iter))
+    def needs_more(f):
+        todo = np.atleast_1d(~(np.asarray(f.converged) | np.asarray(f.stalled)) & (np.asarray(f.num_iter) < options.max_iter))
         return bool(np.any(todo[: None if batch is None else batch.size]))
 
-    if needs_more(state):
-        with tqdm(total=options.max_iter, initial=int(np.min(jax.device_get(state.num_iter))),
-                  desc="LaplaceMatching mode search", disable=not progress_bar, delay=2.0) as bar:
-            while needs_more(state):
-                done = int(np.min(jax.device_get(state.num_iter)))
+    if needs_more(flags):
+        with tqdm(total=options.max_iter, initial=int(np.min(flags.num_iter)), desc="LaplaceMatching mode search",
+                  disable=not progress_bar, delay=2.0) as bar:
+            while needs_more(flags):
+                done = int(np.min(flags.num_iter))
                 state = prog(joint_fit.resume, info, options, chunk)((state,), args, kwargs)
-                bar.update(int(np.min(jax.device_get(state.num_iter))) - done)
-                bar.set_postfix(step_sd=f"{float(np.max(jax.device_get(state.decrement))):.2e}")
-        fitted = prog(joint_fit.finish, info, options)((state, keys), args, kwargs)
+                flags = jax.device_get(_search(state))
+                bar.update(int(np.min(flags.num_iter)) - done)
+                bar.set_postfix(step_sd=f"{float(np.max(flags.decrement)):.2e}")
+        fitted, draws = prog(joint_fit.finish, info, options)((state, keys), args, kwargs), None
+        checked = jax.device_get((fitted.state.info, fitted.finite_params))
     result = JointResult(info, options, args, kwargs, rng_key, keys, fitted, num_samples, compiler_options, batch)
-    _check(result, on_failure)
+    if draws is not None:
+        result._draws[num_samples] = draws
+    _check(result, result.checks(checked), on_failure)
     return result
 
 
-def _check(result: JointResult, on_failure: str):
-    checks, layout = result.checks(), result.info.layout
+def _search(state):
+    """The mode search's flags (one small transfer to the host)."""
+    return state._replace(x=None, grad=None, hess=None, chol=None, step=None, t=None)
+
+
+def _fetch(out):
+    """``(search flags, (Laplace info, finite params))`` of a fit program's output, on the host."""
+    return jax.device_get((_search(out[0]), (out[1].state.info, out[1].finite_params)))
+
+
+def _check(result: JointResult, checks: list, on_failure: str):
+    layout = result.info.layout
     if result.batch is None:
         check_fit(layout, checks[0], result.state.curvature)
         return

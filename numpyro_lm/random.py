@@ -1,11 +1,9 @@
 """Random draws from JAX keys, reproducible and stable in the number of draws.
 
-Draw ``i`` comes from ``jax.random.fold_in(rng_key, i)``: the same key gives the same
-draws, under ``jax.jit`` and ``jax.vmap`` alike, and asking for more draws extends the
-first ones instead of replacing them. Gamma variates (for the Dirichlet and Wishart
-families) come from uniforms through the Gamma quantile function, which JAX lacks and
-:mod:`numpyro_lm.quantiles` computes on the host (a ``pure_callback`` that vmaps): exact,
-and no rejection sampler to compile.
+The same key gives the same draws, under ``jax.jit`` and ``jax.vmap`` alike, and asking
+for more draws extends the first ones instead of replacing them (:func:`_rows`). Gamma variates (for the Dirichlet and Wishart
+families) come from NumPy's sampler on the host, seeded by the key (a ``pure_callback``
+that vmaps): no rejection sampler to compile.
 
 The NumPy helpers at the end serve host-side work (nested Laplace's mixture draws,
 importance resampling), seeded from a concrete key.
@@ -17,38 +15,62 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .quantiles import gamma_log_quantile
-
 __all__ = ["normal_rows", "uniform_rows", "log_gamma", "host_generator", "host_log_gamma"]
 
 
-def _rows(draw, rng_key, num_rows: int):
-    return jax.vmap(lambda i: draw(jax.random.fold_in(rng_key, i)))(jnp.arange(num_rows))
+def _rows(draw, rng_key, num_rows: int, shape: tuple):
+    """``draw(key, shape)`` for ``(num_rows,) + shape``, row ``i`` independent of ``num_rows``.
+
+    JAX's partitionable Threefry (its default) already generates each element from its
+    index alone, so one call is stable in ``num_rows``; otherwise row ``i`` is drawn from
+    ``fold_in(rng_key, i)`` (slower to compile).
+    """
+    if jax.config.jax_threefry_partitionable:
+        return draw(rng_key, (num_rows,) + shape)
+    return jax.vmap(lambda i: draw(jax.random.fold_in(rng_key, i), shape))(jnp.arange(num_rows))
 
 
 def normal_rows(rng_key, num_rows: int, shape: tuple = (), dtype=None):
-    """``(num_rows,) + shape`` standard normal draws, row ``i`` from ``fold_in(rng_key, i)``."""
+    """``(num_rows,) + shape`` standard normal draws; the first rows do not depend on ``num_rows``."""
     dtype = jnp.result_type(float) if dtype is None else dtype
-    return _rows(lambda k: jax.random.normal(k, shape, dtype), rng_key, num_rows)
+    return _rows(lambda k, s: jax.random.normal(k, s, dtype), rng_key, num_rows, tuple(shape))
 
 
 def uniform_rows(rng_key, num_rows: int, shape: tuple = (), dtype=None):
-    """``(num_rows,) + shape`` uniforms on ``(0, 1)`` (never exactly 0), row by row as above."""
+    """``(num_rows,) + shape`` uniforms on ``(0, 1)`` (never exactly 0), stable as above."""
     dtype = jnp.result_type(float) if dtype is None else dtype
     tiny = jnp.finfo(dtype).tiny
-    return _rows(lambda k: jax.random.uniform(k, shape, dtype, minval=tiny), rng_key, num_rows)
+    return _rows(lambda k, s: jax.random.uniform(k, s, dtype, minval=tiny), rng_key, num_rows, tuple(shape))
+
+
+def _key_bits(rng_key):
+    if jnp.issubdtype(rng_key.dtype, jax.dtypes.prng_key):
+        return jax.random.key_data(rng_key)
+    return rng_key
 
 
 def log_gamma(rng_key, concentration, num_rows: int):
     r"""``log X``, ``X ~ Gamma(concentration, 1)``: ``(num_rows,) + concentration.shape`` draws.
 
-    By inversion, :math:`\log F^{-1}(U)`, so the log stays finite for concentrations far
-    below one, where Gamma draws underflow to zero.
+    NumPy's Gamma sampler on the host, seeded by the key's bits (JAX's own compiles a
+    rejection loop for half a second; inverting the CDF costs a microsecond a draw), with
+    :math:`X = Y U^{1/\alpha}`, ``Y ~ Gamma(alpha + 1)``, so the log stays finite for
+    concentrations far below one. Reproducible from the key, stable in ``num_rows`` (the
+    host fills the draws in order), and under ``jax.vmap`` one call per key.
     """
     concentration = jnp.asarray(concentration)
     dtype = jnp.result_type(concentration, float)
-    u = uniform_rows(rng_key, num_rows, concentration.shape, dtype)
-    return gamma_log_quantile(concentration, jnp.ones((), dtype), u)
+    shape = (num_rows,) + concentration.shape
+
+    def host(bits, alpha):
+        seed = [int(b) for b in np.asarray(bits, np.uint32).ravel()]
+        alpha = np.broadcast_to(np.asarray(alpha, np.float64), shape)
+        y = np.random.default_rng(seed + [0]).standard_gamma(alpha + 1.0)
+        u = np.random.default_rng(seed + [1]).random(shape)
+        return (np.log(y) + np.log(u) / alpha).astype(dtype)
+
+    return jax.pure_callback(host, jax.ShapeDtypeStruct(shape, dtype), _key_bits(rng_key), concentration,
+                             vmap_method="sequential")
 
 
 def host_generator(rng_key, stream: int = 0) -> np.random.Generator:

@@ -214,8 +214,11 @@ def test_logistic_regression_matches_nuts():
     lm = LaplaceMatching(model, num_samples=4000).run(KEY, x, y)
     draws = lm.get_samples()["w"]
     ref_sd = ref.std(0)
-    # NUTS with ~3000 effective draws: mean MC error ~0.02 SD, SD error ~1.3 %
-    assert np.all(np.abs(draws.mean(0) - ref.mean(0)) < 0.1 * ref_sd)
+    # the matched posterior itself within 0.1 SD (measured 0.07: the mode-vs-mean offset of a
+    # logistic regression); its 4000 draws add their own MC error (0.016 SD) to NUTS's
+    # (~3000 effective draws: 0.018 SD): 3 combined standard errors on top
+    mc = 3 * np.sqrt(1 / 4000 + 1 / 3000)
+    assert np.all(np.abs(draws.mean(0) - ref.mean(0)) < (0.1 + mc) * ref_sd)
     assert np.all(np.abs(draws.std(0) / ref_sd - 1) < 0.1)
     assert np.all(np.abs(lm.posterior["w"].mean - ref.mean(0)) < 0.1 * ref_sd)
 

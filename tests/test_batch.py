@@ -1,0 +1,109 @@
+"""run_many: many data sets in one compiled program, sharded over devices; exact where conjugate."""
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+
+from numpyro_lm import LaplaceMatching
+from numpyro_lm.batch import batch_of
+
+pytestmark = pytest.mark.usefixtures("x64")
+KEY = jax.random.PRNGKey(0)
+
+
+def gamma_poisson(y):
+    lam = numpyro.sample("lam", dist.Gamma(2.0, 3.0))
+    with numpyro.plate("obs", y.shape[0]):
+        numpyro.sample("y", dist.Poisson(lam), obs=y)
+
+
+def counts(num_datasets, n=6, seed=1):
+    return jax.random.poisson(jax.random.PRNGKey(seed), 2.5, (num_datasets, n)).astype(jnp.float64)
+
+
+def test_run_many_is_exact_on_every_data_set():
+    y = counts(200)
+    lm = LaplaceMatching(gamma_poisson, num_samples=50).run_many(KEY, y)
+    post = lm.posterior["lam"]
+    assert lm.batch_size == 200 and post.batch_shape == (200,)
+    # the Gamma-Poisson posterior Gamma(2 + sum y, 3 + n), data set by data set
+    np.testing.assert_allclose(post.concentration, 2.0 + y.sum(1), rtol=1e-6)
+    np.testing.assert_allclose(post.rate, 3.0 + y.shape[1], rtol=1e-6)
+    assert lm.get_samples()["lam"].shape == (200, 50)
+    assert lm.get_samples(group_by_chain=True)["lam"].shape == (200, 1, 50)
+    d = lm.diagnostics()
+    assert d["pareto_k"].shape == (200,) and bool(np.all(d["converged"])) and len(d["verdict"]) == 200
+    assert np.all(np.asarray(d["pareto_k"]) == -np.inf)  # exact: constant weights on every data set
+
+
+def test_run_many_equals_run_one_by_one():
+    y = counts(5, seed=2)
+    many = LaplaceMatching(gamma_poisson, num_samples=20).run_many(KEY, y)
+    keys = jax.random.split(KEY, 5)
+    for i in (0, 3):
+        one = LaplaceMatching(gamma_poisson, num_samples=20).run(keys[i], y[i])
+        np.testing.assert_allclose(many.posterior["lam"].concentration[i], one.posterior["lam"].concentration,
+                                   rtol=1e-10)
+        # the same key gives the same draws, batched or not
+        np.testing.assert_allclose(many.get_samples()["lam"][i], one.get_samples()["lam"], rtol=1e-10)
+
+
+def test_sharded_over_two_devices_gives_the_single_device_numbers():
+    assert len(jax.devices()) >= 2, "tests/conftest.py asks XLA for two host devices"
+    y = counts(7, seed=3)  # not a multiple of the devices: padded, and the padding dropped
+    lm = LaplaceMatching(gamma_poisson, num_samples=30)
+    sharded = lm.run_many(KEY, y)
+    concentration = np.asarray(sharded.posterior["lam"].concentration)
+    samples = np.asarray(sharded.get_samples()["lam"])
+    khat = np.asarray(sharded.diagnostics()["pareto_k"])
+    single = LaplaceMatching(gamma_poisson, num_samples=30).run_many(KEY, y, devices=jax.devices()[:1])
+    assert concentration.shape == (7,) and samples.shape == (7, 30)
+    np.testing.assert_allclose(concentration, single.posterior["lam"].concentration, rtol=1e-12)
+    np.testing.assert_allclose(samples, single.get_samples()["lam"], rtol=1e-12)
+    np.testing.assert_array_equal(khat, single.diagnostics()["pareto_k"])
+
+
+def regression(x, y, scale=1.0):
+    beta = numpyro.sample("beta", dist.Normal(0.0, 2.0).expand([x.shape[1]]).to_event(1))
+    numpyro.sample("y", dist.Normal(x @ beta, scale), obs=y)
+
+
+def test_shared_arguments_and_float32(x32):
+    x = jax.random.normal(KEY, (20, 2))
+    ys = x @ jnp.array([1.0, -1.0]) + jax.random.normal(jax.random.PRNGKey(1), (4, 20))
+    # x is shared (not batched), scale a static Python number
+    lm = LaplaceMatching(regression, num_samples=10).run_many(KEY, x, ys, scale=0.5, batch_axes=(False, True))
+    cov = jnp.linalg.inv(x.T @ x / 0.25 + jnp.eye(2) / 4.0)
+    means = (cov @ (x.T @ ys.T / 0.25)).T
+    assert lm.gaussian.mean.dtype == jnp.float32
+    np.testing.assert_allclose(lm.posterior["beta"].loc, means, rtol=1e-3, atol=1e-4)  # float32 rounding
+
+
+def test_bad_batches_are_refused_and_failures_name_the_data_set():
+    with pytest.raises(ValueError, match="same leading batch axis"):
+        batch_of((jnp.ones((3, 2)), jnp.ones((4, 2))), {})
+    with pytest.raises(ValueError, match="nested fits"):
+        LaplaceMatching(gamma_poisson, hyper=["lam"]).run_many(KEY, counts(2))
+
+    def flat(y):
+        a = numpyro.sample("a", dist.Normal(0.0, 1.0))
+        b = numpyro.sample("b", dist.ImproperUniform(dist.constraints.real, (), ()))
+        numpyro.sample("y", dist.Normal(a + b * y[0], 1.0), obs=y[1])
+
+    ys = jnp.array([[1.0, 2.0], [0.0, 1.0], [3.0, 1.0]])  # data set 1 (x = 0) leaves b unidentified
+    lm = LaplaceMatching(flat)
+    with pytest.raises(ValueError, match="data set 1: the negative Hessian"):
+        lm.run_many(KEY, ys)
+    with pytest.raises(RuntimeError, match="call run"):
+        lm.get_samples()  # the failed call left the object as it was
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        lm.run_many(KEY, ys, on_failure="warn")
+    assert any("1 of 3 data sets failed" in str(w.message) for w in caught)
+    ok = np.asarray(lm.diagnostics()["positive_definite"])
+    np.testing.assert_array_equal(ok, [True, False, True])
