@@ -137,7 +137,9 @@ class SBCResult(NamedTuple):
                 ax.set_xlabel("rank")
             else:
                 raise ValueError(f'kind must be "ecdf" or "hist", not {kind!r}')
-            ax.set_title(f"{site}{'' if not bad.any() else ' (miscalibrated)'}")
+            ax.set_title(f"{site}{'' if not bad.any() else f' ({int(bad.sum())} of {bad.size} outside)'}")
+        for ax in np.ravel(axes)[len(sites):]:
+            ax.set_visible(False)
         fig.tight_layout()
         return fig
 

@@ -1,9 +1,3 @@
-import os
-
-# two CPU devices, so that run_many's sharding across devices is exercised (before JAX starts)
-if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2").strip()
-
 import jax
 import pytest
 
