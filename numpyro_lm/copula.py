@@ -38,6 +38,7 @@ from jax.scipy.stats import norm
 from .curvature import Gaussian
 from .families import get_family
 from .families.base import basis_log_prob
+from .linalg import cholesky, solve_triangular
 from .marginals import site_marginal
 from .random import normal_rows
 from .trace import Layout
@@ -85,8 +86,8 @@ def _gaussian_log_density(eps, z, gaussian: Gaussian, index: np.ndarray):
     if d == gaussian.mean.shape[-1]:  # the whole Gaussian: z - mean = S eps
         quad, log_det = jnp.sum(jnp.square(eps), axis=-1), -gaussian.curvature.logdet()
     else:
-        chol = jnp.linalg.cholesky(gaussian.curvature.block(index))
-        white = jax.scipy.linalg.solve_triangular(chol, (z[:, index] - gaussian.mean[index]).T, lower=True)
+        chol = cholesky(gaussian.curvature.block(index))
+        white = solve_triangular(chol, (z[:, index] - gaussian.mean[index]).T, lower=True)
         quad, log_det = jnp.sum(jnp.square(white), axis=0), 2.0 * jnp.sum(jnp.log(jnp.diagonal(chol)))
     return -0.5 * (quad + log_det + d * jnp.log(2.0 * jnp.pi))
 

@@ -40,6 +40,8 @@ import jax.numpy as jnp
 import optax
 from jax import lax
 
+from .linalg import cholesky, eigh, solve_triangular
+
 __all__ = [
     "NewtonState",
     "default_tol",
@@ -82,15 +84,15 @@ def newton_step(grad, hess):
     by saddle points and takes full-length steps along directions of negative curvature
     (Dauphin et al. 2014). ``decrement`` is ``sqrt(g' H^-1 g)`` with the matrix used.
     """
-    chol = jnp.linalg.cholesky(hess)
+    chol = cholesky(hess)
     positive = jnp.all(jnp.isfinite(chol)) & jnp.all(jnp.diagonal(chol) > 0)
 
     def from_cholesky():
-        g = jax.scipy.linalg.solve_triangular(chol, grad, lower=True)
-        return -jax.scipy.linalg.solve_triangular(chol.T, g, lower=False), jnp.sqrt(jnp.sum(g**2))
+        g = solve_triangular(chol, grad, lower=True)
+        return -solve_triangular(chol.T, g, lower=False), jnp.sqrt(jnp.sum(g**2))
 
     def saddle_free():
-        w, q = jnp.linalg.eigh(hess)
+        w, q = eigh(hess)
         w = jnp.maximum(jnp.abs(w), jnp.finfo(w.dtype).eps * jnp.maximum(jnp.max(jnp.abs(w)), 1.0))
         g = q.T @ grad
         return -q @ (g / w), jnp.sqrt(jnp.sum(g**2 / w))

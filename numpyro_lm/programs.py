@@ -16,8 +16,6 @@ bound to a ``LaplaceMatching`` object.
 from __future__ import annotations
 
 import functools
-import os
-import warnings
 from typing import Callable, NamedTuple, Optional
 
 import jax
@@ -168,23 +166,9 @@ def program(fn: Callable, *static, compiler_options=FAST_COMPILE, axes=None, mes
 
 
 def batch_mesh(devices=None) -> Optional[Mesh]:
-    """A one-axis mesh ``("batch",)`` over ``devices``, or ``None`` where there is only one.
-
-    By default this process's devices; but not a CPU split into as many devices as it has
-    cores (``--xla_force_host_platform_device_count``): jaxlib's batched LAPACK kernels
-    (``eigh``) parallelise on the thread pool every device runs on, and with each core
-    busy running a device they wait for each other for ever (seen with jaxlib 0.10.2, two
-    devices on two cores). Pass ``devices`` to override.
-    """
-    if devices is None:
-        devices = jax.local_devices()
-        cores = os.cpu_count() or 1
-        if len(devices) > 1 and devices[0].platform == "cpu" and len(devices) >= cores:
-            warnings.warn(f"run_many: {len(devices)} CPU devices on {cores} cores; the batch stays on one "
-                          "device (sharding it across all of them can deadlock jaxlib's LAPACK kernels). Use "
-                          "fewer host devices than cores, or pass devices= to override.", stacklevel=4)
-            return None
-    devices = list(devices)
+    """A one-axis mesh ``("batch",)`` over ``devices`` (default: this process's devices),
+    or ``None`` where there is only one."""
+    devices = list(jax.local_devices() if devices is None else devices)
     if len(devices) < 2:
         return None
     return Mesh(np.array(devices), ("batch",))

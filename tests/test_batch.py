@@ -64,7 +64,7 @@ from numpyro_lm import LaplaceMatching
 assert len(jax.devices()) == 2
 y = counts(7, seed=3)  # not a multiple of the devices: padded, and the padding dropped
 out = {}
-for name, devices in (("sharded", jax.devices()), ("single", jax.devices()[:1])):
+for name, devices in (("sharded", None), ("single", jax.devices()[:1])):
     lm = LaplaceMatching(gamma_poisson, num_samples=30).run_many(KEY, y, devices=devices)
     out[name] = (np.asarray(lm.posterior["lam"].concentration), np.asarray(lm.get_samples()["lam"]),
                  np.asarray(lm.diagnostics()["pareto_k"]))

@@ -57,15 +57,3 @@ def test_fast_compile_options_unknown_to_this_jaxlib_are_dropped(monkeypatch):
     assert "xla_user_option" in usable_compiler_options({"xla_user_option": 1})
     assert usable_compiler_options(None) is None
 
-
-def test_a_cpu_split_into_as_many_devices_as_cores_is_not_sharded(monkeypatch):
-    import numpyro_lm.programs as programs
-
-    class FakeCpu:
-        platform = "cpu"
-
-    monkeypatch.setattr(programs.jax, "local_devices", lambda: [FakeCpu(), FakeCpu()])
-    monkeypatch.setattr(programs.os, "cpu_count", lambda: 2)
-    with pytest.warns(UserWarning, match="2 CPU devices on 2 cores"):
-        assert programs.batch_mesh() is None
-    assert programs.batch_mesh([jax.devices()[0]]) is None  # one device: nothing to shard

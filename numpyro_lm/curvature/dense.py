@@ -20,7 +20,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import jax.numpy as jnp
-from jax.scipy.linalg import cho_solve, solve_triangular
+
+from ..linalg import cholesky, eigh, solve_triangular
 
 from .base import singular_floor
 
@@ -42,13 +43,13 @@ class DenseCurvature(NamedTuple):
     @classmethod
     def from_precision(cls, precision) -> "DenseCurvature":
         precision = 0.5 * (precision + precision.T)
-        w, q = jnp.linalg.eigh(precision)
+        w, q = eigh(precision)
         return cls(precision, w, q)
 
     @classmethod
     def from_covariance(cls, cov) -> "DenseCurvature":
         cov = 0.5 * (cov + cov.T)
-        v, q = jnp.linalg.eigh(cov)
+        v, q = eigh(cov)
         # the precision's eigenvalues ascending (1 / the covariance's, reversed)
         w, q = 1.0 / v[::-1], q[:, ::-1]
         return cls((q * w) @ q.T, w, q)
@@ -98,7 +99,7 @@ class CholeskyCurvature(NamedTuple):
     @classmethod
     def from_precision(cls, precision) -> "CholeskyCurvature":
         precision = 0.5 * (precision + precision.T)
-        return cls(precision, jnp.linalg.cholesky(precision))
+        return cls(precision, cholesky(precision))
 
     @property
     def dim(self) -> int:
@@ -113,8 +114,9 @@ class CholeskyCurvature(NamedTuple):
         return jnp.all(jnp.isfinite(self.chol)) & jnp.all(diagonal > 0)
 
     def solve(self, v):
-        flat = v.reshape((-1, self.dim))
-        return cho_solve((self.chol, True), flat.T).T.reshape(v.shape)
+        flat = v.reshape((-1, self.dim)).T
+        x = solve_triangular(self.chol.T, solve_triangular(self.chol, flat, lower=True), lower=False)
+        return x.T.reshape(v.shape)
 
     def inv_sqrt(self, eps):
         flat = eps.reshape((-1, self.dim))
@@ -135,4 +137,4 @@ class CholeskyCurvature(NamedTuple):
         return cols @ jnp.swapaxes(cols, -1, -2)
 
     def spectrum(self):
-        return jnp.linalg.eigh(self.precision)
+        return eigh(self.precision)
