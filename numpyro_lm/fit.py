@@ -31,10 +31,11 @@ from .curvature import Gaussian
 from .laplace import LaplaceState, laplace_finish, laplace_init, laplace_update
 from .marginals import matched_params
 from .model import ModelInfo
-from .optimize import NewtonState, default_tol
+from .optimize import NewtonState, default_tol, newton_many
+from .programs import merge_inputs
 from .refine import Refinement, refine
 
-__all__ = ["FitOptions", "JointFit", "initial_point", "start", "resume", "finish", "fit", "fit_and_draw", "draw", "weigh", "log_densities", "constrained"]
+__all__ = ["FitOptions", "JointFit", "initial_point", "start", "resume", "finish", "fit", "fit_and_draw", "fit_many", "draw", "weigh", "log_densities", "constrained"]
 
 
 class FitOptions(NamedTuple):
@@ -136,6 +137,37 @@ def fit_and_draw(info: ModelInfo, options: FitOptions, at_origin: bool, until: i
     """
     state, fitted = fit(info, options, at_origin, until, rng_key, init_params, args, kwargs)
     return state, fitted, draw(info, num_samples, rng_key, fitted.gaussian, fitted.params, args, kwargs)
+
+
+def fit_many(info: ModelInfo, options: FitOptions, at_origin: bool, block: int, axes: tuple, input_key,
+             inputs, rng_keys, init_params):
+    """:func:`fit` for a batch of data sets in one program (``program(..., vectorized=True)``).
+
+    ``inputs``: the array leaves of the model's arguments, batched where ``axes`` says. The
+    mode searches run as :func:`~numpyro_lm.optimize.newton_many`: the stragglers of the
+    batch continue gathered into a block of ``block`` entries, so the batch costs about its
+    median search, not its slowest. Returns ``(NewtonState, JointFit)``, both batched.
+    """
+    shared = [x for x, b in zip(inputs, axes) if not b]
+
+    def arguments(batched):
+        batched, others = iter(batched), iter(shared)
+        return merge_inputs([next(batched) if b else next(others) for b in axes], input_key)
+
+    data = [x for x, b in zip(inputs, axes) if b]
+    dtype = jnp.result_type(float)
+    tol = options.tolerance(dtype)
+
+    def begin(key, params, d):
+        args, kwargs = arguments(d)
+        x0 = jnp.zeros(info.size, dtype) if at_origin else initial_point(info, options, key, params, args, kwargs)
+        return laplace_init(_log_density(info, args, kwargs), x0, method=options.method, tol=tol,
+                            max_iter=options.max_iter)
+
+    state = jax.vmap(begin)(rng_keys, init_params, data)
+    state = newton_many(lambda x, d: -info.log_density(x, *arguments(d)), state, data, tol, options.max_iter, block)
+    fitted = jax.vmap(lambda s, key, d: finish(info, options, s, key, *arguments(d)))(state, rng_keys, data)
+    return state, fitted
 
 
 def constrained(info: ModelInfo, flat, args, kwargs) -> dict:

@@ -27,6 +27,9 @@ from .result import Result
 
 __all__ = ["JointResult", "run_joint"]
 
+# Newton evaluations per compiled call of one fit: a progress bar moves between calls
+CHUNK = 25
+
 
 class JointResult(Result):
     """A joint fit (:class:`~numpyro_lm.result.Result`): the Laplace state and matched families."""
@@ -54,17 +57,21 @@ class JointResult(Result):
     def _new_weights(self, num_samples: int, flat):
         return jax.device_get(self.call(joint_fit.weigh, (self.info,), (self.keys, self.gaussian, self.params, flat)))
 
-    def checks(self, fetched=None) -> list:
-        """:class:`~numpyro_lm.errors.FitChecks` of each data set (``fetched``: the Laplace info
-        and finite-parameter flags already on the host)."""
+    def flags(self, fetched=None):
+        """``(LaplaceInfo, {site: finite params})`` as host arrays with one entry per data set
+        (``fetched``: the same already on the host, padding included)."""
         if fetched is None:
             fetched = jax.device_get((self.state.info, self.fit.finite_params))
-        info, finite = self.unpad(fetched)
         rows = 1 if self.batch is None else self.batch.size
-        info, finite = jax.tree.map(lambda a: np.reshape(np.asarray(a), (rows,)), (info, finite))
+        return jax.tree.map(lambda a: np.reshape(np.asarray(a), (rows,)), self.unpad(fetched))
+
+    def checks(self, fetched=None, rows=None) -> list:
+        """:class:`~numpyro_lm.errors.FitChecks` of the data sets ``rows`` (default all)."""
+        info, finite = self.flags(fetched)
+        rows = range(info.finite.shape[0]) if rows is None else rows
         return [FitChecks(info.finite[i], info.positive[i], {k: bool(v[i]) for k, v in finite.items()},
                           info.converged[i], info.num_iter[i], info.decrement[i], info.grad_norm[i])
-                for i in range(rows)]
+                for i in rows]
 
     def _fit_diagnostics(self) -> dict:
         info, log_density = jax.device_get(self.unpad((self.state.info, self.state.log_density)))
@@ -122,19 +129,25 @@ def run_joint(info, options: FitOptions, rng_key, args, kwargs, init_params=None
     keys = rng_key
     if batch is not None:
         axes, mesh = batch.axes, batch.mesh
-        keys = pad(jax.random.split(rng_key, batch.size), batch)
+        keys = pad(program(_split_keys, batch.size, compiler_options=compiler_options)((rng_key,)), batch)
 
     def prog(fn, *static):
         return program(fn, *static, compiler_options=compiler_options, axes=axes, mesh=mesh)
 
-    chunk = min(options.max_iter, 25 if info.size <= 500 else 5)
+    chunk = min(options.max_iter, CHUNK if info.size <= 500 else 5)
     at_origin = options.init_strategy is None and init_params is None
-    # one data set: its draws in the same program (one compilation); a batch: on request
-    # (B x num_samples x D draws need not fit in memory)
+    # one data set: its draws in the same program (one compilation); a batch: its searches
+    # in one program to the end (no progress bar), its draws on request (B x num_samples x D
+    # draws need not fit in memory)
     if batch is None:
         fit_fn, static = joint_fit.fit_and_draw, (chunk, num_samples)
     else:
-        fit_fn, static = joint_fit.fit, (chunk,)
+        local = batch.padded // (1 if mesh is None else mesh.devices.size)
+        fit_fn, static = joint_fit.fit_many, (max(8, local // 16),)
+
+        def prog(fn, *static):
+            return program(fn, *static, compiler_options=compiler_options, axes=axes, mesh=mesh, vectorized=True)
+
     out = prog(fit_fn, info, options, at_origin, *static)((keys, init_params), args, kwargs)
     flags, checked = _fetch(out)
     if at_origin:
@@ -146,26 +159,31 @@ def run_joint(info, options: FitOptions, rng_key, args, kwargs, init_params=None
             flags, checked = _fetch(out)
     state, fitted, draws = out[0], out[1], (out[2] if batch is None else None)
 
-    def needs_more(f):
-        todo = np.atleast_1d(~(np.asarray(f.converged) | np.asarray(f.stalled)) & (np.asarray(f.num_iter) < options.max_iter))
-        return bool(np.any(todo[: None if batch is None else batch.size]))
+    def running(f):
+        """Rows (data sets) whose search goes on."""
+        done = (np.asarray(f.converged) & np.asarray(f.polished)) | np.asarray(f.stalled)
+        todo = np.flatnonzero(np.atleast_1d(~done & (np.asarray(f.num_iter) < options.max_iter)))
+        return todo if batch is None else todo[todo < batch.size]
 
-    if needs_more(flags):
-        with tqdm(total=options.max_iter, initial=int(np.min(flags.num_iter)), desc="LaplaceMatching mode search",
+    if batch is None and running(flags).size:
+        with tqdm(total=options.max_iter, initial=int(flags.num_iter), desc="LaplaceMatching mode search",
                   disable=not progress_bar, delay=2.0) as bar:
-            while needs_more(flags):
-                done = int(np.min(flags.num_iter))
+            while running(flags).size:
                 state = prog(joint_fit.resume, info, options, chunk)((state,), args, kwargs)
                 flags = jax.device_get(_search(state))
-                bar.update(int(np.min(flags.num_iter)) - done)
-                bar.set_postfix(step_sd=f"{float(np.max(flags.decrement)):.2e}")
+                bar.update(int(flags.num_iter) - bar.n)
+                bar.set_postfix(step_sd=f"{float(flags.decrement):.2e}")
         fitted, draws = prog(joint_fit.finish, info, options)((state, keys), args, kwargs), None
         checked = jax.device_get((fitted.state.info, fitted.finite_params))
     result = JointResult(info, options, args, kwargs, rng_key, keys, fitted, num_samples, compiler_options, batch)
     if draws is not None:
         result._draws[num_samples] = draws
-    _check(result, result.checks(checked), on_failure)
+    _check(result, checked, on_failure)
     return result
+
+
+def _split_keys(num, rng_key, args, kwargs):
+    return jax.random.split(rng_key, num)
 
 
 def _search(state):
@@ -178,13 +196,17 @@ def _fetch(out):
     return jax.device_get((_search(out[0]), (out[1].state.info, out[1].finite_params)))
 
 
-def _check(result: JointResult, checks: list, on_failure: str):
+def _check(result: JointResult, fetched, on_failure: str):
     layout = result.info.layout
     if result.batch is None:
-        check_fit(layout, checks[0], result.state.curvature)
+        check_fit(layout, result.checks(fetched)[0], result.state.curvature)
         return
+    info, finite = result.flags(fetched)
+    usable = info.finite & info.positive & np.all([v for v in finite.values()], axis=0) & info.converged
+    rows = np.flatnonzero(~usable)  # only these need a closer look
     failed, unconverged = {}, []
-    for i, c in enumerate(checks):
+    for i, c in zip(rows, result.checks(fetched, rows)):
+        i = int(i)
         error = fit_error(layout, c, lambda i=i: take(result.state.curvature, i), data_set=i)
         if error is not None and on_failure == "raise":
             raise error
@@ -193,9 +215,9 @@ def _check(result: JointResult, checks: list, on_failure: str):
         elif convergence_warning(c) is not None:
             unconverged.append(i)
     if unconverged:
-        warnings.warn(f"the mode search did not converge on {len(unconverged)} of {len(checks)} data sets "
+        warnings.warn(f"the mode search did not converge on {len(unconverged)} of {result.batch.size} data sets "
                       f"({unconverged[:10]}{' ...' if len(unconverged) > 10 else ''}); see diagnostics()['converged']. "
                       "Increase max_iter or use float64.", stacklevel=4)
     if failed:
-        warnings.warn(f"{len(failed)} of {len(checks)} data sets failed and have no usable fit "
+        warnings.warn(f"{len(failed)} of {result.batch.size} data sets failed and have no usable fit "
                       f"({sorted(failed)[:10]}); the first: {next(iter(failed.values()))}", stacklevel=4)

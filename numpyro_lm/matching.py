@@ -31,10 +31,10 @@ from .fit import FitOptions
 from .joint import run_joint
 from .model import ModelInfo, model_info
 from .nested import run_nested
-from .programs import FAST_COMPILE, shape_key, split_inputs
+from .programs import BATCH_COMPILE, FAST_COMPILE, merge_inputs, shape_key, split_inputs
 from .refine import REFINE_METHODS
 
-__all__ = ["LaplaceMatching", "NotPositiveDefiniteError", "FAST_COMPILE"]
+__all__ = ["LaplaceMatching", "NotPositiveDefiniteError", "FAST_COMPILE", "BATCH_COMPILE"]
 
 
 class LaplaceMatching:
@@ -119,8 +119,6 @@ class LaplaceMatching:
             arrays = [jax.ShapeDtypeStruct(np.shape(a)[1:], a.dtype) if b else a for a, b in zip(arrays, batch_axes)]
         cache = (key, shape_key(arrays))
         if cache not in self._infos:
-            from .programs import merge_inputs
-
             one_args, one_kwargs = merge_inputs(arrays, key)
             self._infos[cache] = model_info(self.model, one_args, one_kwargs, bases=self.bases,
                                             families=self.families)
@@ -150,7 +148,8 @@ class LaplaceMatching:
         return self
 
     def run_many(self, rng_key, *args, init_params: Optional[dict] = None, on_failure: str = "raise",
-                 devices=None, batch_axes: Optional[tuple] = None, **kwargs) -> "LaplaceMatching":
+                 devices=None, batch_axes: Optional[tuple] = None, compiler_options: Optional[dict] = BATCH_COMPILE,
+                 **kwargs) -> "LaplaceMatching":
         """Fit B data sets of the model in one compiled, vmapped program.
 
         Every array argument carries a leading batch axis of size B (other arguments are
@@ -163,6 +162,10 @@ class LaplaceMatching:
             ``"warn"``: keep the other fits (a failed one's results are not finite).
         :param tuple batch_axes: which array arguments (in ``jax.tree`` order of ``(args,
             kwargs)``) are batched; default all.
+        :param dict compiler_options: XLA options of the batch's programs (fit, draws,
+            weights). The default, ``BATCH_COMPILE``, keeps LLVM's optimisations on: a
+            batch's run time grows with B, its compile time does not (on 1000 eight-schools
+            fits, half the run time of ``FAST_COMPILE`` at 1.5 times its compile time).
         """
         if self.hyper is not None:
             raise ValueError("run_many fits joint Laplace approximations; nested fits (hyper=) are not batched "
@@ -174,7 +177,7 @@ class LaplaceMatching:
         args, kwargs = pad_inputs(args, kwargs, batch)
         result = run_joint(info, self._options(info), rng_key, args, kwargs,
                            None if init_params is None else pad(init_params, batch), num_samples=self.num_samples,
-                           compiler_options=self.compiler_options, progress_bar=self.progress_bar, batch=batch,
+                           compiler_options=compiler_options, progress_bar=self.progress_bar, batch=batch,
                            on_failure=on_failure)
         self._result = result
         return self

@@ -39,8 +39,9 @@ import jax
 import jax.numpy as jnp
 import optax
 from jax import lax
+from jax.custom_batching import custom_vmap
 
-from .linalg import cholesky, eigh, solve_triangular
+from .linalg import cholesky, solve_triangular
 
 __all__ = [
     "NewtonState",
@@ -49,7 +50,10 @@ __all__ = [
     "newton_step",
     "is_converged",
     "newton_init",
+    "newton_iteration",
+    "running",
     "newton",
+    "newton_many",
     "lbfgs",
 ]
 
@@ -75,6 +79,45 @@ def value_grad_hessian(fn: Callable, x):
     return value, grad, 0.5 * (hess + hess.T)
 
 
+def _saddle_free(grad, hess):
+    w, q = jnp.linalg.eigh(hess)
+    w = jnp.maximum(jnp.abs(w), jnp.finfo(w.dtype).eps * jnp.maximum(jnp.max(jnp.abs(w)), 1.0))
+    g = q.T @ grad
+    return -q @ (g / w), jnp.sqrt(jnp.sum(g**2 / w))
+
+
+def _no_step(grad, hess):
+    return jnp.zeros_like(grad), jnp.zeros((), grad.dtype)
+
+
+@custom_vmap
+def _saddle_free_where(needed, grad, hess):
+    """:func:`_saddle_free` where ``needed``, zeros elsewhere."""
+    return lax.cond(needed, _saddle_free, _no_step, grad, hess)
+
+
+@_saddle_free_where.def_vmap
+def _saddle_free_where_batched(axis_size, in_batched, needed, grad, hess):
+    # vmap would turn the cond into a select and decompose every Hessian of the batch at
+    # every Newton iteration (a LAPACK call of ~10 us each); decompose only the entries
+    # that need it, one at a time (which also keeps clear of jaxlib's batched LAPACK, see
+    # numpyro_lm.linalg)
+    needed, grad, hess = (x if b else jnp.broadcast_to(x, (axis_size,) + jnp.shape(x))
+                          for x, b in zip((needed, grad, hess), in_batched))
+
+    # the entries that need it first, then a loop over just those
+    count = jnp.sum(needed)
+    order = jnp.argsort(~needed, stable=True)
+
+    def each(i, out):
+        j = order[i]
+        step, decrement = _saddle_free(grad[j], hess[j])
+        return out[0].at[j].set(step), out[1].at[j].set(decrement)
+
+    out = lax.fori_loop(0, count, each, (jnp.zeros_like(grad), jnp.zeros(grad.shape[:1], grad.dtype)))
+    return out, (True, True)
+
+
 def newton_step(grad, hess):
     """``(step, decrement, chol, positive)``: the Newton step and its length in posterior SDs.
 
@@ -83,21 +126,15 @@ def newton_step(grad, hess):
     eigenvalues (floored at ``eps`` of the largest): a descent direction that is repelled
     by saddle points and takes full-length steps along directions of negative curvature
     (Dauphin et al. 2014). ``decrement`` is ``sqrt(g' H^-1 g)`` with the matrix used.
+    Under ``jax.vmap`` the eigendecomposition runs only when an entry of the batch needs it.
     """
     chol = cholesky(hess)
     positive = jnp.all(jnp.isfinite(chol)) & jnp.all(jnp.diagonal(chol) > 0)
-
-    def from_cholesky():
-        g = solve_triangular(chol, grad, lower=True)
-        return -solve_triangular(chol.T, g, lower=False), jnp.sqrt(jnp.sum(g**2))
-
-    def saddle_free():
-        w, q = eigh(hess)
-        w = jnp.maximum(jnp.abs(w), jnp.finfo(w.dtype).eps * jnp.maximum(jnp.max(jnp.abs(w)), 1.0))
-        g = q.T @ grad
-        return -q @ (g / w), jnp.sqrt(jnp.sum(g**2 / w))
-
-    step, decrement = lax.cond(positive, from_cholesky, saddle_free)
+    g = solve_triangular(chol, grad, lower=True)
+    step = -solve_triangular(chol.T, g, lower=False)
+    free_step, free_decrement = _saddle_free_where(~positive, grad, hess)
+    step = jnp.where(positive, step, free_step)
+    decrement = jnp.where(positive, jnp.sqrt(jnp.sum(g**2)), free_decrement)
     return step, decrement, chol, positive
 
 
@@ -144,34 +181,64 @@ def newton_init(x0) -> NewtonState:
     )
 
 
+def newton_iteration(fn: Callable, s: NewtonState, tol: float) -> NewtonState:
+    """One evaluation of :func:`newton`: the trial ``x + t step`` accepted or rejected."""
+    trial = s.x + s.t * s.step
+    value, grad, hess = value_grad_hessian(fn, trial)
+    slope = jnp.dot(s.grad, s.step)
+    polishing = s.converged  # the final full step, taken unless fn rises beyond its noise
+    decrease = (s.value == jnp.inf) | (value <= s.value + 1e-4 * s.t * slope)
+    accept = jnp.isfinite(value) & (decrease | (polishing & (value <= s.value + 1e4 * _rounding(s.value))))
+    new_step, decrement, chol, positive = newton_step(grad, hess)
+    accepted = s._replace(
+        x=trial, value=value, grad=grad, hess=hess, chol=chol, positive=positive, decrement=decrement,
+        grad_norm=jnp.max(jnp.abs(grad)), converged=polishing | is_converged(decrement, value, tol),
+        polished=polishing | (decrement <= tol), step=new_step, t=jnp.ones_like(s.t),
+    )
+    # a rejected trial on a step this small has hit the noise of fn: converged there
+    at_noise_floor = jnp.isfinite(s.value) & (0.5 * s.decrement**2 <= 1e4 * _rounding(s.value))
+    rejected = s._replace(converged=polishing | at_noise_floor, polished=polishing | at_noise_floor,
+                          stalled=(~polishing) & (~at_noise_floor) & (s.t < 2.0**-40), t=0.5 * s.t)
+    s = jax.tree.map(lambda a, r: jnp.where(accept, a, r), accepted, rejected)
+    return s._replace(num_iter=s.num_iter + 1)
+
+
+def running(s: NewtonState, max_iter):
+    """Whether the search goes on: not converged (and polished), not stalled, budget left."""
+    return (~(s.converged & s.polished)) & (~s.stalled) & (s.num_iter < max_iter)
+
+
 def newton(fn: Callable, state: NewtonState, tol: float, max_iter) -> NewtonState:
     """Damped Newton from ``state`` until converged, stalled or ``max_iter`` evaluations in total."""
-    inf = jnp.asarray(jnp.inf, state.x.dtype)
+    return lax.while_loop(lambda s: running(s, max_iter), lambda s: newton_iteration(fn, s, tol), state)
 
-    def cond(s):
-        return (~(s.converged & s.polished)) & (~s.stalled) & (s.num_iter < max_iter)
 
-    def body(s):
-        trial = s.x + s.t * s.step
-        value, grad, hess = value_grad_hessian(fn, trial)
-        slope = jnp.dot(s.grad, s.step)
-        polishing = s.converged  # the final full step, taken unless fn rises beyond its noise
-        decrease = (s.value == inf) | (value <= s.value + 1e-4 * s.t * slope)
-        accept = jnp.isfinite(value) & (decrease | (polishing & (value <= s.value + 1e4 * _rounding(s.value))))
-        new_step, decrement, chol, positive = newton_step(grad, hess)
-        accepted = s._replace(
-            x=trial, value=value, grad=grad, hess=hess, chol=chol, positive=positive, decrement=decrement,
-            grad_norm=jnp.max(jnp.abs(grad)), converged=polishing | is_converged(decrement, value, tol),
-            polished=polishing | (decrement <= tol), step=new_step, t=jnp.ones_like(s.t),
-        )
-        # a rejected trial on a step this small has hit the noise of fn: converged there
-        at_noise_floor = jnp.isfinite(s.value) & (0.5 * s.decrement**2 <= 1e4 * _rounding(s.value))
-        rejected = s._replace(converged=polishing | at_noise_floor, polished=polishing | at_noise_floor,
-                              stalled=(~polishing) & (~at_noise_floor) & (s.t < 2.0**-40), t=0.5 * s.t)
-        s = jax.tree.map(lambda a, r: jnp.where(accept, a, r), accepted, rejected)
-        return s._replace(num_iter=s.num_iter + 1)
+def newton_many(fn: Callable, state: NewtonState, data, tol: float, max_iter: int, block: int) -> NewtonState:
+    """:func:`newton` for a batch: ``fn(x, data_i)``, ``state`` and ``data`` with a leading axis.
 
-    return lax.while_loop(cond, body, state)
+    ``jax.vmap(newton)`` would run every entry until the slowest stops. Here one vmapped
+    iteration advances the running entries (the others are kept) while more than ``block``
+    run; the remaining ones are then gathered into a block of that size and continue on
+    their own: a batch costs about the median entry's iterations, not the slowest one's.
+    Each entry's iterates are those :func:`newton` gives it alone.
+    """
+    iteration = jax.vmap(lambda s, d: newton_iteration(lambda x: fn(x, d), s, tol))
+
+    def advance(carry):
+        s, d = carry
+        keep = running(s, max_iter)
+        new = iteration(s, d)
+        select = jax.tree.map(lambda a, b: jnp.where(keep.reshape(keep.shape + (1,) * (a.ndim - 1)), a, b), new, s)
+        return select, d
+
+    size = state.x.shape[0]
+    if block >= size:
+        return lax.while_loop(lambda c: jnp.any(running(c[0], max_iter)), advance, (state, data))[0]
+    state, _ = lax.while_loop(lambda c: jnp.sum(running(c[0], max_iter)) > block, advance, (state, data))
+    index = jnp.argsort(~running(state, max_iter), stable=True)[:block]  # the running ones first
+    part = jax.tree.map(lambda a: a[index], (state, data))
+    part, _ = lax.while_loop(lambda c: jnp.any(running(c[0], max_iter)), advance, part)
+    return jax.tree.map(lambda a, b: a.at[index].set(b), state, part)
 
 
 def lbfgs(fn: Callable, x0, gtol: float, max_iter: int):

@@ -23,3 +23,17 @@ def test_batched_results_equal_jax_and_unbatched_calls():
     np.testing.assert_allclose(jnp.einsum("bij,bj->bi", chol, x), b, rtol=1e-10, atol=1e-12)
     y = jax.vmap(lambda c, v: solve_triangular(c.T, v, lower=False))(chol, b)
     np.testing.assert_allclose(jnp.einsum("bji,bj->bi", chol, y), b, rtol=1e-10, atol=1e-12)
+    # matrix right-hand sides, and a shared (unbatched) factor
+    rhs = jax.random.normal(jax.random.PRNGKey(2), (300, 6, 4))
+    z = jax.vmap(lambda v: solve_triangular(chol[0], v, lower=True))(rhs)
+    np.testing.assert_allclose(jnp.einsum("ij,bjk->bik", chol[0], z), rhs, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(solve_triangular(chol[0], rhs[0], lower=True), z[0], rtol=1e-10)
+
+
+def test_batched_cholesky_marks_a_matrix_that_is_not_positive_definite():
+    h = jnp.stack([jnp.eye(3), jnp.diag(jnp.array([1.0, -1.0, 2.0])), jnp.ones((3, 3))])
+    chol = jax.vmap(cholesky)(h)
+    assert bool(jnp.all(jnp.isfinite(chol[0])))
+    assert not bool(jnp.all(jnp.isfinite(chol[1])))
+    # exactly singular: a zero pivot (then NaN or inf below it), as LAPACK gives
+    assert not bool(jnp.all(jnp.isfinite(chol[2])) & jnp.all(jnp.diagonal(chol[2]) > 0))
