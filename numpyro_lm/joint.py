@@ -22,6 +22,7 @@ from . import fit as joint_fit
 from .batch import Batch, pad, take
 from .errors import FitChecks, check_fit, convergence_warning, fit_error
 from .fit import FitOptions, JointFit
+from .optimize import running
 from .programs import program
 from .result import Result
 
@@ -132,7 +133,8 @@ def run_joint(info, options: FitOptions, rng_key, args, kwargs, init_params=None
         keys = pad(program(_split_keys, batch.size, compiler_options=compiler_options)((rng_key,)), batch)
 
     def prog(fn, *static):
-        return program(fn, *static, compiler_options=compiler_options, axes=axes, mesh=mesh)
+        return program(fn, *static, compiler_options=compiler_options, axes=axes, mesh=mesh,
+                       vectorized=fn is joint_fit.fit_many)
 
     chunk = min(options.max_iter, CHUNK if info.size <= 500 else 5)
     at_origin = options.init_strategy is None and init_params is None
@@ -143,11 +145,7 @@ def run_joint(info, options: FitOptions, rng_key, args, kwargs, init_params=None
         fit_fn, static = joint_fit.fit_and_draw, (chunk, num_samples)
     else:
         local = batch.padded // (1 if mesh is None else mesh.devices.size)
-        fit_fn, static = joint_fit.fit_many, (max(8, local // 16),)
-
-        def prog(fn, *static):
-            return program(fn, *static, compiler_options=compiler_options, axes=axes, mesh=mesh, vectorized=True)
-
+        fit_fn, static = joint_fit.fit_many, (max(8, local // 16),)  # stragglers' block: 1/16 of the batch
     out = prog(fit_fn, info, options, at_origin, *static)((keys, init_params), args, kwargs)
     flags, checked = _fetch(out)
     if at_origin:
@@ -159,16 +157,10 @@ def run_joint(info, options: FitOptions, rng_key, args, kwargs, init_params=None
             flags, checked = _fetch(out)
     state, fitted, draws = out[0], out[1], (out[2] if batch is None else None)
 
-    def running(f):
-        """Rows (data sets) whose search goes on."""
-        done = (np.asarray(f.converged) & np.asarray(f.polished)) | np.asarray(f.stalled)
-        todo = np.flatnonzero(np.atleast_1d(~done & (np.asarray(f.num_iter) < options.max_iter)))
-        return todo if batch is None else todo[todo < batch.size]
-
-    if batch is None and running(flags).size:
+    if batch is None and running(flags, options.max_iter):
         with tqdm(total=options.max_iter, initial=int(flags.num_iter), desc="LaplaceMatching mode search",
                   disable=not progress_bar, delay=2.0) as bar:
-            while running(flags).size:
+            while running(flags, options.max_iter):
                 state = prog(joint_fit.resume, info, options, chunk)((state,), args, kwargs)
                 flags = jax.device_get(_search(state))
                 bar.update(int(flags.num_iter) - bar.n)

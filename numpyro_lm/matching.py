@@ -24,7 +24,7 @@ import jax
 import numpy as np
 
 from .bases import get_basis
-from .batch import batch_of, pad, pad_inputs, take
+from .batch import batch_of, pad, pad_inputs
 from .errors import NotPositiveDefiniteError
 from .families import family_names, get_family
 from .fit import FitOptions

@@ -30,6 +30,7 @@ from numpyro.infer import Predictive
 from scipy import stats
 
 from .inference_data import unobserved
+from .programs import FAST_COMPILE
 
 __all__ = ["SBCResult", "sbc", "rank_ecdf_band"]
 
@@ -190,11 +191,13 @@ def sbc(model, *args, num_datasets: int = 200, rng_key=None, num_samples: int = 
     leaves = jax.tree.leaves((args, {**kwargs, "_sbc_data": data}))
     marks = jax.tree.leaves((flags[0][0], {**flags[0][1], "_sbc_data": flags[1]}))
     axes = tuple(m for leaf, m in zip(leaves, marks) if isinstance(leaf, (jax.Array, np.ndarray, np.generic)))
-    lm = LaplaceMatching(_Conditioned(model), **{"progress_bar": False, **(lm_options or {}),
-                                                 "num_samples": num_samples})
+    options = {"progress_bar": False, **(lm_options or {}), "num_samples": num_samples}
+    lm = LaplaceMatching(_Conditioned(model), **options)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # failed fits are reported in the result
-        lm.run_many(key_fit, *args, _sbc_data=data, batch_axes=axes, on_failure="warn", **kwargs)
+        # one call: compile fast (the batch programs' run time is small next to compiling them)
+        lm.run_many(key_fit, *args, _sbc_data=data, batch_axes=axes, on_failure="warn", **kwargs,
+                    compiler_options=options.get("compiler_options", FAST_COMPILE))
         d = lm.diagnostics()
     failed = np.flatnonzero(~(np.asarray(d["finite"]) & np.asarray(d["positive_definite"])))
     ok = np.setdiff1d(np.arange(num_datasets), failed)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import warnings
 from functools import partial
-from typing import Optional
 
 import jax
 import jax.numpy as jnp

@@ -81,7 +81,7 @@ def draw(rng: np.random.Generator, design: NestedDesign, layout, num_samples: in
     ``log_q()`` computes the draws' log density (``(n,)``) when it is needed (the PSIS
     diagnostics): drawing alone compiles and runs no family density.
     """
-    size, d = layout.size, design.theta.shape[1]
+    size = layout.size
     if design.kind == "lattice":
         w = np.exp(design.log_weights)
         k = rng.choice(w.size, size=num_samples, p=w / w.sum())
