@@ -33,6 +33,7 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/warm_start.py
 	$(PY) benchmarks/refine.py
 	$(PY) benchmarks/nested.py
+	$(PY) benchmarks/batch.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

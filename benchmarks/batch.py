@@ -12,8 +12,8 @@ in one process (float32, this machine's CPU):
 - NUTS (1 chain, 1000 warmup + 1000 draws) on the first data set, cold and compiled,
   times B (extrapolated: a loop of 1000 NUTS runs takes about an hour here).
 
-Ratios are taken side by side; the table is printed and written to
-``benchmarks/results/batch.md`` (the numbers the docs quote). Run with
+Ratios are taken side by side; the table is printed, written to
+``benchmarks/results/batch.md`` and copied into ``docs/batch.md`` (the numbers the docs quote). Run with
 ``python benchmarks/batch.py`` (part of ``make bench``); ``--num-datasets`` for another B.
 """
 
@@ -30,12 +30,10 @@ from numpyro.infer import MCMC, NUTS, Predictive
 
 sys.path.insert(0, os.path.dirname(__file__))
 from models import eight_schools  # noqa: E402
+from report import write_results  # noqa: E402
 
 from numpyro_lm import LaplaceMatching  # noqa: E402
 from numpyro_lm.inference_data import unobserved  # noqa: E402
-
-RESULTS = os.path.join(os.path.dirname(__file__), "results")
-
 
 def timed(fn):
     t0 = time.perf_counter()
@@ -105,9 +103,7 @@ def main(num_datasets):
     ]
     table = "\n".join(lines)
     print(table)
-    os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, "batch.md"), "w") as f:
-        f.write(f"<!-- written by benchmarks/batch.py on {time.strftime('%Y-%m-%d')}; do not edit -->\n{table}\n")
+    write_results("batch", table, "batch.md")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from numpyro.infer import MCMC, NUTS
 
 sys.path.insert(0, os.path.dirname(__file__))
 from models import MODELS  # noqa: E402
+from report import write_results  # noqa: E402
 
 from numpyro_lm import LaplaceMatching  # noqa: E402
 
@@ -71,16 +72,22 @@ def bench(name, repeats=20):
 
 
 def main(names):
-    print(f"jax {jax.__version__}, x64={jax.config.jax_enable_x64}, devices={jax.devices()}")
-    header = (f"{'model':<20} {'D':>3} {'LM cold s':>9} {'NUTS cold s':>11} {'cold x':>7} "
-              f"{'LM warm ms':>10} {'NUTS warm s':>11} {'warm x':>7} {'mean err/sd':>11} {'sd ratio':>8}")
-    print(header)
-    print("-" * len(header))
+    lines = [
+        f"jax {jax.__version__}, x64={jax.config.jax_enable_x64}, {jax.devices()[0].platform} ({os.cpu_count()} cores)",
+        "",
+        "| model | D | LM cold s | NUTS cold s | cold x | LM warm ms | NUTS warm s | warm x | worst mean err / sd | "
+        "worst sd ratio |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    print("\n".join(lines), flush=True)
     for name in names:
         r = bench(name)
-        print(f"{r['model']:<20} {r['dim']:>3} {r['lm_cold_s']:>9.2f} {r['nuts_cold_s']:>11.2f} "
-              f"{r['cold_ratio']:>7.1f} {r['lm_warm_ms']:>10.2f} {r['nuts_warm_s']:>11.2f} "
-              f"{r['warm_ratio']:>7.0f} {r['worst_mean_err_sd']:>11.2f} {r['worst_sd_ratio']:>8.2f}", flush=True)
+        lines.append(f"| {r['model']} | {r['dim']} | {r['lm_cold_s']:.2f} | {r['nuts_cold_s']:.2f} | "
+                     f"{r['cold_ratio']:.1f} | {r['lm_warm_ms']:.2f} | {r['nuts_warm_s']:.2f} | "
+                     f"{r['warm_ratio']:.0f} | {r['worst_mean_err_sd']:.2f} | {r['worst_sd_ratio']:.2f} |")
+        print(lines[-1], flush=True)
+    if set(names) == set(MODELS):  # a partial run does not replace the table
+        write_results("run", "\n".join(lines), "benchmarks.md")
 
 
 if __name__ == "__main__":

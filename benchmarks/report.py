@@ -1,0 +1,27 @@
+"""Benchmark tables to files: ``benchmarks/results/<name>.md``, and into the docs between markers.
+
+The docs quote the benchmarks' numbers only through these files: a doc holds
+``<!-- benchmarks/<name>.py -->`` ... ``<!-- /benchmarks/<name>.py -->`` and each run of the
+benchmark replaces what lies between them.
+"""
+
+import os
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def write_results(name: str, table: str, doc: str):
+    """Write ``table`` to ``benchmarks/results/<name>.md`` and between the markers of ``docs/<doc>``."""
+    stamp = time.strftime("%Y-%m-%d")
+    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
+    with open(os.path.join(HERE, "results", f"{name}.md"), "w") as f:
+        f.write(f"<!-- written by benchmarks/{name}.py on {stamp}; do not edit -->\n{table}\n")
+    path = os.path.join(HERE, "..", "docs", doc)
+    begin, end = f"<!-- benchmarks/{name}.py -->", f"<!-- /benchmarks/{name}.py -->"
+    with open(path) as f:
+        text = f.read()
+    head, rest = text.split(begin)
+    _, tail = rest.split(end)
+    with open(path, "w") as f:
+        f.write(f"{head}{begin}\n_Measured {stamp} by `python benchmarks/{name}.py`._\n\n{table}\n{end}{tail}")

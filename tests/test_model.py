@@ -1,0 +1,71 @@
+"""The traced model: flat LM-basis log density, constrain and init, as pure hashable functions."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from numpyro.infer.initialization import init_to_value
+
+from numpyro_lm import laplace, model_info
+
+pytestmark = pytest.mark.usefixtures("x64")
+
+
+def rate_and_shares(counts, events):
+    rate = numpyro.sample("rate", dist.Gamma(2.0, 1.0))
+    shares = numpyro.sample("shares", dist.Dirichlet(jnp.ones(3)))
+    numpyro.deterministic("double", 2.0 * rate)
+    numpyro.sample("c", dist.Multinomial(counts.sum(), shares), obs=counts)
+    with numpyro.plate("n", events.shape[0]):
+        numpyro.sample("e", dist.Poisson(rate), obs=events)
+
+
+COUNTS, EVENTS = np.array([3.0, 0.0, 5.0]), np.array([1.0, 4.0, 2.0])
+
+
+def test_layout_log_density_constrain_and_init():
+    info = model_info(rate_and_shares, (COUNTS, EVENTS))
+    assert [s.name for s in info.layout.sites] == ["rate", "shares"] and info.size == 3
+    assert hash(info) == hash(model_info(rate_and_shares, (COUNTS, EVENTS)))  # keys compiled programs
+    # init and constrain are inverse maps through the LM bases (log, zero-sum softmax)
+    values = {"rate": 1.7, "shares": np.array([0.2, 0.5, 0.3])}
+    y = info.init(jax.random.PRNGKey(0), (COUNTS, EVENTS), None, init_to_value(values=values))
+    out = info.constrain(y, (COUNTS, EVENTS))
+    np.testing.assert_allclose(out["rate"], 1.7, rtol=1e-12)
+    np.testing.assert_allclose(out["shares"], values["shares"], rtol=1e-12)
+    np.testing.assert_allclose(out["double"], 3.4, rtol=1e-12)
+    # the log density is the joint in the basis: log p(x) + log|dx/dy| (log: + log rate;
+    # zero-sum softmax: + sum log shares + log(3)/2)
+    x = values["shares"]
+    expected = (dist.Gamma(2.0, 1.0).log_prob(1.7) + np.log(1.7)
+                + dist.Dirichlet(jnp.ones(3)).log_prob(x) + np.sum(np.log(x)) + 0.5 * np.log(3.0)
+                + dist.Multinomial(COUNTS.sum(), x).log_prob(COUNTS) + np.sum(dist.Poisson(1.7).log_prob(EVENTS)))
+    np.testing.assert_allclose(info.log_density(y, (COUNTS, EVENTS)), expected, rtol=1e-10)
+
+
+def test_shapes_alone_trace_a_model():
+    spec = (jax.ShapeDtypeStruct((3,), jnp.float64), jax.ShapeDtypeStruct((5,), jnp.float64))
+    assert model_info(rate_and_shares, spec).size == 3
+
+
+def gamma_poisson(y):
+    lam = numpyro.sample("lam", dist.Gamma(2.0, 3.0))
+    with numpyro.plate("obs", y.shape[0]):
+        numpyro.sample("y", dist.Poisson(lam), obs=y)
+
+
+def test_the_pure_core_vmaps_over_data_sets():
+    ys = jax.random.poisson(jax.random.PRNGKey(0), 3.0, (50, 4)).astype(jnp.float64)
+    info = model_info(gamma_poisson, (ys[0],))
+
+    def fit(y):
+        return laplace(lambda z: info.log_density(z, (y,)), jnp.zeros(info.size))
+
+    states = jax.jit(jax.vmap(fit))(ys)
+    assert bool(jnp.all(states.info.converged)) and states.mode.shape == (50, 1)
+    # in the log basis the Gamma(2 + sum y, 3 + n) posterior's Laplace mean is log(a / rate)
+    a, rate = 2.0 + ys.sum(1), 3.0 + ys.shape[1]
+    np.testing.assert_allclose(states.mode[:, 0], np.log(a / rate), rtol=1e-9)
+    np.testing.assert_allclose(jax.vmap(lambda c: c.variance())(states.curvature)[:, 0], 1 / a, rtol=1e-9)
