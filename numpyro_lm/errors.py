@@ -39,7 +39,9 @@ def _where(data_set: Optional[int]) -> str:
 def not_positive_definite(layout, curvature, data_set: Optional[int] = None) -> NotPositiveDefiniteError:
     """The error for a curvature that is not positive definite, naming the coordinates of its
     flat directions (their share of the offending eigenvectors)."""
-    eigval, eigvec = (np.asarray(a, np.float64) for a in jax.device_get(curvature.spectrum()))
+    eigval, eigvec = jax.device_get(curvature.spectrum())
+    dtype = np.asarray(eigval).dtype
+    eigval, eigvec = np.asarray(eigval, np.float64), np.asarray(eigvec, np.float64)
     floor = float(singular_floor(eigval))
     bad = np.flatnonzero(eigval <= floor) if np.any(eigval <= floor) else np.array([0])
     weights = np.sum(eigvec[:, bad] ** 2, axis=1)
@@ -51,7 +53,6 @@ def not_positive_definite(layout, curvature, data_set: Optional[int] = None) -> 
         else 'float32 Hessians of models with many observations are often not positive definite: enable '
         'float64 with jax.config.update("jax_enable_x64", True)'
     )
-    dtype = np.asarray(jax.device_get(curvature.spectrum()[0])).dtype
     if eigval[0] > 0:
         what = (f"numerically singular (eigenvalues from {eigval[0]:.3g} to {eigval[-1]:.3g}: a "
                 f"condition number beyond what {dtype} resolves)")

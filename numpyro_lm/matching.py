@@ -49,7 +49,8 @@ class LaplaceMatching:
     conjugate models: Gamma-Poisson, Beta-Binomial, Dirichlet-Multinomial, Normal-Normal).
 
     :param model: a NumPyro model.
-    :param int num_samples: draws returned by :meth:`get_samples` (made on first request).
+    :param int num_samples: draws returned by :meth:`get_samples` (``run`` makes them with the
+        fit, ``run_many`` on request).
     :param dict bases: per-site basis, e.g. ``{"sigma": "sqrt"}`` (:func:`numpyro_lm.bases.basis_names`).
     :param dict families: per-site family, e.g. ``{"tau": "gaussian"}`` (:func:`numpyro_lm.families.family_names`).
     :param init_strategy: a numpyro init strategy. ``None`` (default) starts at the basis
