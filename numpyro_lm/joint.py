@@ -53,7 +53,8 @@ class JointResult(Result):
         return self.fit.state
 
     def _new_draws(self, num_samples: int):
-        return self.call(joint_fit.draw, (self.info, num_samples), (self.keys, self.gaussian, self.params))
+        return self.call(joint_fit.draw, (self.info, num_samples), (self.keys, self.gaussian, self.params),
+                         host_callbacks=True)
 
     def _new_weights(self, num_samples: int, flat):
         return jax.device_get(self.call(joint_fit.weigh, (self.info,), (self.keys, self.gaussian, self.params, flat)))

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Optional
 
 import jax
+from jax.sharding import NamedSharding, PartitionSpec
 import numpy as np
 from numpyro.diagnostics import print_summary as numpyro_print_summary
 
@@ -74,15 +75,24 @@ class Result:
 
     # -------------------------------------------------------------- programs
 
-    def program(self, fn, *static):
-        """``fn`` compiled for these arguments (vmapped and sharded for a batch)."""
+    def program(self, fn, *static, sharded: bool = True):
+        """``fn`` compiled for these arguments (vmapped, and sharded if ``sharded``, for a batch)."""
         axes = mesh = None
         if self.batch is not None:
-            axes, mesh = self.batch.axes, self.batch.mesh
+            axes, mesh = self.batch.axes, (self.batch.mesh if sharded else None)
         return program(fn, *static, compiler_options=self.compiler_options, axes=axes, mesh=mesh)
 
-    def call(self, fn, static: tuple, arrays: tuple):
-        return self.program(fn, *static)(arrays, self.args, self.kwargs)
+    def call(self, fn, static: tuple, arrays: tuple, host_callbacks: bool = False):
+        """``fn(arrays, args, kwargs)`` compiled. ``host_callbacks``: ``fn`` calls the host
+        (the quantile functions, the Gamma sampler), so a sharded batch runs it on its first
+        device: jaxlib 0.10's ``pure_callback`` deadlocks when several CPU devices call back
+        at once with large arrays (seen on 1000 x 1000 copula draws)."""
+        inputs = (arrays, self.args, self.kwargs)
+        if host_callbacks and self.batch is not None and self.batch.mesh is not None:
+            mesh = self.batch.mesh
+            out = self.program(fn, *static, sharded=False)(*jax.device_put(inputs, mesh.devices.flat[0]))
+            return jax.device_put(out, NamedSharding(mesh, PartitionSpec(mesh.axis_names[0])))
+        return self.program(fn, *static)(*inputs)
 
     def unpad(self, tree):
         """Drop the batch's padding (identity for one data set)."""
