@@ -21,12 +21,14 @@ from .laplace import LaplaceState, laplace
 from .matching import LaplaceMatching
 from .model import ModelInfo, model_info
 from .sbc import SBCResult, sbc
+from .verdict import NotTrustedWarning
 
 __version__ = "0.1.0"
 
 __all__ = [
     "LaplaceMatching",
     "NotPositiveDefiniteError",
+    "NotTrustedWarning",
     "sbc",
     "SBCResult",
     "model_info",

@@ -51,9 +51,11 @@ def _keys(rng_key):
     return jax.random.fold_in(rng_key, 0), jax.random.fold_in(rng_key, 1)
 
 
-def _noise(rng_key, gaussian: Gaussian, num_samples: int):
-    """The standard normal draws behind the joint Gaussian draw ``z = mean + S eps``."""
-    return normal_rows(_keys(rng_key)[0], num_samples, gaussian.mean.shape, gaussian.mean.dtype)
+def _noise(rng_key, gaussian: Gaussian, num_samples: int, dtype=None):
+    """The standard normal draws behind the joint Gaussian draw ``z = mean + S eps``, made in
+    ``dtype`` (default the Gaussian's: the draws' precision) and given the Gaussian's dtype."""
+    eps = normal_rows(_keys(rng_key)[0], num_samples, gaussian.mean.shape, dtype or gaussian.mean.dtype)
+    return eps.astype(gaussian.mean.dtype)
 
 
 def copula_draws(rng_key, gaussian: Gaussian, layout: Layout, params: dict, num_samples: int):
@@ -92,14 +94,16 @@ def _gaussian_log_density(eps, z, gaussian: Gaussian, index: np.ndarray):
     return -0.5 * (quad + log_det + d * jnp.log(2.0 * jnp.pi))
 
 
-def copula_log_density(y, rng_key, gaussian: Gaussian, layout: Layout, params: dict):
+def copula_log_density(y, rng_key, gaussian: Gaussian, layout: Layout, params: dict, draw_dtype=None):
     """``log q`` of draws ``y (num_samples, D)`` made by :func:`copula_draws` with ``rng_key``.
 
-    The joint Gaussian draw the copula used is regenerated from the key (not stored); see
-    the module docstring for the formula.
+    The joint Gaussian draw the copula used is regenerated from the key (not stored) in
+    ``draw_dtype``, the precision the draws were made in (default the Gaussian's): a float64
+    ``log q`` of float32 draws regenerates their float32 normals. See the module docstring
+    for the formula.
     """
     num_samples = y.shape[0]
-    eps = _noise(rng_key, gaussian, num_samples)
+    eps = _noise(rng_key, gaussian, num_samples, draw_dtype)
     z = gaussian.mean + gaussian.curvature.inv_sqrt(eps)
     joint, log_q = [], jnp.zeros(num_samples, y.dtype)
     for site in layout.sites:

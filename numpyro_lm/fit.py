@@ -186,7 +186,8 @@ def draw(info: ModelInfo, num_samples: int, rng_key, gaussian: Gaussian, params,
     return constrained(info, flat, args, kwargs), flat
 
 
-def weigh(info: ModelInfo, rng_key, gaussian: Gaussian, params, flat, args, kwargs):
-    """``(log p, log q)`` of the draws :func:`draw` made with ``rng_key`` (basis coordinates)."""
-    log_q = copula_log_density(flat, jax.random.fold_in(rng_key, 1), gaussian, info.layout, params)
+def weigh(info: ModelInfo, draw_dtype: str, rng_key, gaussian: Gaussian, params, flat, args, kwargs):
+    """``(log p, log q)`` of the draws :func:`draw` made with ``rng_key`` in ``draw_dtype``
+    (basis coordinates); run in float64 for weights free of float32 round-off."""
+    log_q = copula_log_density(flat, jax.random.fold_in(rng_key, 1), gaussian, info.layout, params, draw_dtype)
     return log_densities(info, flat, args, kwargs), log_q

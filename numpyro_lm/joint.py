@@ -24,7 +24,7 @@ from .errors import FitChecks, check_fit, convergence_warning, fit_error
 from .fit import FitOptions, JointFit
 from .optimize import running
 from .programs import program
-from .result import Result
+from .result import Result, diagnostic_samples
 
 __all__ = ["JointResult", "run_joint"]
 
@@ -57,7 +57,9 @@ class JointResult(Result):
                          host_callbacks=True)
 
     def _new_weights(self, num_samples: int, flat):
-        return jax.device_get(self.call(joint_fit.weigh, (self.info,), (self.keys, self.gaussian, self.params, flat)))
+        # float64 weights of the draws, whose normals are regenerated in the draws' precision
+        return self.call(joint_fit.weigh, (self.info, str(flat.dtype)), (self.keys, self.gaussian, self.params, flat),
+                         float64=True)
 
     def flags(self, fetched=None):
         """``(LaplaceInfo, {site: finite params})`` as host arrays with one entry per data set
@@ -142,8 +144,9 @@ def run_joint(info, options: FitOptions, rng_key, args, kwargs, init_params=None
     # one data set: its draws in the same program (one compilation); a batch: its searches
     # in one program to the end (no progress bar), its draws on request (B x num_samples x D
     # draws need not fit in memory)
+    num_drawn = diagnostic_samples(num_samples, info.size)  # get_samples' draws are the first num_samples
     if batch is None:
-        fit_fn, static = joint_fit.fit_and_draw, (chunk, num_samples)
+        fit_fn, static = joint_fit.fit_and_draw, (chunk, num_drawn)
     else:
         local = batch.padded // (1 if mesh is None else mesh.devices.size)
         fit_fn, static = joint_fit.fit_many, (max(8, local // 16),)  # stragglers' block: 1/16 of the batch
@@ -170,7 +173,7 @@ def run_joint(info, options: FitOptions, rng_key, args, kwargs, init_params=None
         checked = jax.device_get((fitted.state.info, fitted.finite_params))
     result = JointResult(info, options, args, kwargs, rng_key, keys, fitted, num_samples, compiler_options, batch)
     if draws is not None:
-        result._draws[num_samples] = draws
+        result._draws[num_drawn] = draws
     _check(result, checked, on_failure)
     return result
 

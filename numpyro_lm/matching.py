@@ -18,6 +18,7 @@ Laplace Bridge", thesis (2021).
 
 from __future__ import annotations
 
+import warnings
 from typing import Callable, Optional
 
 import jax
@@ -33,6 +34,7 @@ from .model import ModelInfo, model_info
 from .nested import run_nested
 from .programs import BATCH_COMPILE, FAST_COMPILE, merge_inputs, shape_key, split_inputs
 from .refine import REFINE_METHODS
+from .verdict import NotTrustedWarning
 
 __all__ = ["LaplaceMatching", "NotPositiveDefiniteError", "FAST_COMPILE", "BATCH_COMPILE"]
 
@@ -146,6 +148,9 @@ class LaplaceMatching:
         else:
             result = run_joint(info, self._options(info), rng_key, args, kwargs, init_params, **common)
         self._result = result  # only a fit that passed its checks replaces the last one
+        diagnostics = result.diagnostics()
+        if not diagnostics["trusted"]:  # silence is not an answer
+            warnings.warn(f"LaplaceMatching: {diagnostics['verdict']}", NotTrustedWarning, stacklevel=2)
         return self
 
     def run_many(self, rng_key, *args, init_params: Optional[dict] = None, on_failure: str = "raise",

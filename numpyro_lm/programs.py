@@ -32,6 +32,7 @@ __all__ = [
     "shape_key",
     "program",
     "batch_mesh",
+    "in_float64",
 ]
 
 # XLA options for the small programs of a Laplace fit: LLVM's backend optimisations cost
@@ -185,3 +186,23 @@ def batch_mesh(devices=None) -> Optional[Mesh]:
     if len(devices) < 2:
         return None
     return Mesh(np.array(devices), ("batch",))
+
+
+def in_float64(run: Callable, arrays, args=(), kwargs=None):
+    """``run(arrays, args, kwargs)`` (a :func:`program`) traced and run in float64, its
+    floating inputs converted (exactly) from float32, its outputs fetched to the host.
+
+    For the importance weights ``log p - log q``: a float32 ``log p`` of a model with many
+    data points carries a round-off of ``eps * sum |terms|`` that can fake a heavy tail of
+    the weights (``p`` near a boundary of its support) or hide a real one (a large ``|log p|``).
+    """
+    with jax.enable_x64(True):
+        def up(a):
+            return jax.numpy.asarray(a, jax.numpy.float64) if _is_floating(a) else a
+
+        arrays, args, kwargs = jax.tree.map(up, (arrays, tuple(args), dict(kwargs or {})))
+        return jax.device_get(run(arrays, args, kwargs))
+
+
+def _is_floating(a) -> bool:
+    return _is_array(a) and jax.numpy.issubdtype(jax.numpy.result_type(a), jax.numpy.floating)

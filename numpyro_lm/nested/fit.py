@@ -114,8 +114,8 @@ class NestedResult(Result):
         return self.call(constrained, (self.info,), (flat,)), flat
 
     def _new_weights(self, num_samples: int, flat):
-        log_p = np.asarray(self.call(log_densities, (self.info,), (flat,)))
-        return log_p, self._log_q[num_samples]().astype(log_p.dtype)
+        log_p = np.asarray(self.call(log_densities, (self.info,), (flat,), float64=True))
+        return log_p, np.asarray(self._log_q[num_samples](), np.float64)
 
     def checks(self) -> FitChecks:
         finite, positive = jax.device_get((self._finite, self._positive))
