@@ -35,7 +35,7 @@ from .optimize import NewtonState, default_tol, newton_many
 from .programs import merge_inputs
 from .refine import Refinement, refine
 
-__all__ = ["FitOptions", "JointFit", "initial_point", "start", "resume", "finish", "fit", "fit_and_draw", "fit_many", "draw", "weigh", "log_densities", "constrained"]
+__all__ = ["FitOptions", "Starts", "JointFit", "initial_point", "start", "resume", "finish", "fit", "fit_and_draw", "fit_many", "draw", "weigh", "log_densities", "constrained"]
 
 
 class FitOptions(NamedTuple):
@@ -49,9 +49,23 @@ class FitOptions(NamedTuple):
     refine_num_samples: int = 1000
     refine_max_iter: int = 200
     init_strategy: Optional[Callable] = None  # None: the basis origin, else init_to_uniform
+    num_starts: int = 1  # mode searches from the initial point and num_starts - 1 uniform inits
 
     def tolerance(self, dtype) -> float:
         return default_tol(dtype) if self.tol is None else self.tol
+
+
+class Starts(NamedTuple):
+    r"""Where the mode searches of a multi-start fit ended (one row per start; the first
+    started at the initial point): point, log density, converged, positive definite
+    curvature, and half the log-determinant of the curvature (for the Laplace mass
+    :math:`\log p(y^*) - \tfrac12\log\det H`)."""
+
+    x: jnp.ndarray
+    log_density: jnp.ndarray
+    converged: jnp.ndarray
+    positive: jnp.ndarray
+    half_logdet: jnp.ndarray
 
 
 class JointFit(NamedTuple):
@@ -82,8 +96,11 @@ def initial_point(info: ModelInfo, options: FitOptions, rng_key, init_params, ar
 
 
 def start(info: ModelInfo, options: FitOptions, at_origin: bool, until: int, rng_key, init_params, args,
-          kwargs) -> NewtonState:
-    """The mode search from the initial point up to ``until`` Newton evaluations.
+          kwargs):
+    """The mode search from the initial point up to ``until`` Newton evaluations:
+    ``(NewtonState, Starts or None)``. With ``options.num_starts > 1`` the searches from
+    all starting points run side by side (vmapped) and the state of the highest log
+    density is kept; :class:`Starts` records where each ended.
 
     ``at_origin``: start at the basis origin (no model trace, no PRNG program to compile);
     else at :func:`initial_point`.
@@ -94,9 +111,25 @@ def start(info: ModelInfo, options: FitOptions, at_origin: bool, until: int, rng
     else:
         x0 = initial_point(info, options, rng_key, init_params, args, kwargs)
     log_density = _log_density(info, args, kwargs)
-    state = laplace_init(log_density, x0, method=options.method, tol=options.tolerance(dtype),
-                         max_iter=options.max_iter)
-    return laplace_update(log_density, state, tol=options.tolerance(dtype), max_iter=until)
+    tol = options.tolerance(dtype)
+
+    def search(x):
+        state = laplace_init(log_density, x, method=options.method, tol=tol, max_iter=options.max_iter)
+        return laplace_update(log_density, state, tol=tol, max_iter=until)
+
+    if options.num_starts <= 1:
+        return search(x0), None
+    # more starting points, uniform in (-2, 2) of numpyro's unconstrained space (init_to_uniform),
+    # searched side by side; the search continues from the highest density reached
+    keys = jax.random.split(jax.random.fold_in(rng_key, 4), options.num_starts - 1)
+    others = jax.vmap(lambda k: info.init(k, args, kwargs, init_to_uniform))(keys)
+    states = jax.vmap(search)(jnp.concatenate([x0[None], others.astype(dtype)]))
+    value = jnp.where(jnp.isfinite(states.value), states.value, jnp.inf)
+    best = jnp.argmin(value)
+    diagonal = jnp.diagonal(states.chol, axis1=-2, axis2=-1)
+    starts = Starts(states.x, -states.value, states.converged, states.positive,
+                    jnp.sum(jnp.log(jnp.abs(diagonal)), axis=-1))
+    return jax.tree.map(lambda a: a[best], states), starts
 
 
 def resume(info: ModelInfo, options: FitOptions, chunk: int, state: NewtonState, args, kwargs) -> NewtonState:
@@ -122,21 +155,21 @@ def finish(info: ModelInfo, options: FitOptions, state: NewtonState, rng_key, ar
 
 
 def fit(info: ModelInfo, options: FitOptions, at_origin: bool, until: int, rng_key, init_params, args, kwargs):
-    """:func:`start` then :func:`finish`: ``(NewtonState, JointFit)`` in one program (the
-    fit is final when the search converged or stalled within ``until`` evaluations)."""
-    state = start(info, options, at_origin, until, rng_key, init_params, args, kwargs)
-    return state, finish(info, options, state, rng_key, args, kwargs)
+    """:func:`start` then :func:`finish`: ``(NewtonState, JointFit, Starts or None)`` in one
+    program (the fit is final when the search converged or stalled within ``until`` evaluations)."""
+    state, starts = start(info, options, at_origin, until, rng_key, init_params, args, kwargs)
+    return state, finish(info, options, state, rng_key, args, kwargs), starts
 
 
 def fit_and_draw(info: ModelInfo, options: FitOptions, at_origin: bool, until: int, num_samples: int, rng_key,
                  init_params, args, kwargs):
-    """:func:`fit` and :func:`draw` in one program: ``(NewtonState, JointFit, (samples, flat))``.
+    """:func:`fit` and :func:`draw` in one program: ``(NewtonState, JointFit, (samples, flat), Starts)``.
 
     One compilation for the common case of one data set (a fit whose search converged
     within ``until`` evaluations, and its draws); the draws are discarded otherwise.
     """
-    state, fitted = fit(info, options, at_origin, until, rng_key, init_params, args, kwargs)
-    return state, fitted, draw(info, num_samples, rng_key, fitted.gaussian, fitted.params, args, kwargs)
+    state, fitted, starts = fit(info, options, at_origin, until, rng_key, init_params, args, kwargs)
+    return state, fitted, draw(info, num_samples, rng_key, fitted.gaussian, fitted.params, args, kwargs), starts
 
 
 def fit_many(info: ModelInfo, options: FitOptions, at_origin: bool, block: int, axes: tuple, input_key,

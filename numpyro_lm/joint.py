@@ -25,6 +25,7 @@ from .fit import FitOptions, JointFit
 from .optimize import running
 from .programs import program
 from .result import Result, diagnostic_samples
+from .verdict import distinct_modes
 
 __all__ = ["JointResult", "run_joint"]
 
@@ -51,6 +52,15 @@ class JointResult(Result):
     @property
     def state(self):
         return self.fit.state
+
+    starts = None  # where a multi-start fit's searches ended (fit.Starts, host arrays)
+
+    def structure_reasons(self, i: int) -> list:
+        """Distinct modes of comparable mass among the multi-start searches (module verdict)."""
+        if self.starts is None:
+            return []
+        mode, variance = jax.device_get((self.state.mode, self.gaussian.curvature.variance()))
+        return distinct_modes(self.starts, np.asarray(mode), np.sqrt(np.asarray(variance)), self.info.layout)
 
     def _new_draws(self, num_samples: int):
         return self.call(joint_fit.draw, (self.info, num_samples), (self.keys, self.gaussian, self.params),
@@ -160,6 +170,7 @@ def run_joint(info, options: FitOptions, rng_key, args, kwargs, init_params=None
             out = retry if finite.ndim == 0 else _select(jnp.asarray(finite), out, retry)
             flags, checked = _fetch(out)
     state, fitted, draws = out[0], out[1], (out[2] if batch is None else None)
+    starts = jax.device_get(out[3]) if batch is None and out[3] is not None else None
 
     if batch is None and running(flags, options.max_iter):
         with tqdm(total=options.max_iter, initial=int(flags.num_iter), desc="LaplaceMatching mode search",
@@ -172,6 +183,7 @@ def run_joint(info, options: FitOptions, rng_key, args, kwargs, init_params=None
         fitted, draws = prog(joint_fit.finish, info, options)((state, keys), args, kwargs), None
         checked = jax.device_get((fitted.state.info, fitted.finite_params))
     result = JointResult(info, options, args, kwargs, rng_key, keys, fitted, num_samples, compiler_options, batch)
+    result.starts = starts
     if draws is not None:
         result._draws[num_drawn] = draws
     _check(result, checked, on_failure)

@@ -73,6 +73,10 @@ class LaplaceMatching:
     :param hyper: nested Laplace (:mod:`numpyro_lm.nested`, INLA style) over these sites
         (at most ten coordinates), or ``"auto"``: the global scalar or 2-vector sites of a
         model with plated latent sites (at most three coordinates). No joint fit is made.
+    :param int num_starts: mode searches side by side (one vmapped program): from the
+        initial point and from ``num_starts - 1`` points uniform in (-2, 2) of NumPyro's
+        unconstrained space. The highest density is kept; a second mode of comparable
+        Laplace mass makes the fit untrusted (``diagnostics()["reasons"]``). Single fits only.
     :param dict compiler_options: XLA options of the compiled programs. The default,
         ``FAST_COMPILE``, compiles two to four times faster at about the same speed for
         dense fits of this size; ``None`` (XLA's defaults) suits expensive log densities,
@@ -84,7 +88,7 @@ class LaplaceMatching:
                  tol: Optional[float] = None, max_iter: int = 200, regularize: Optional[float] = None,
                  newton_max_dim: int = 1000, progress_bar: bool = True, refine: Optional[str] = None, hyper=None,
                  refine_num_samples: int = 1000, refine_max_iter: int = 200,
-                 compiler_options: Optional[dict] = FAST_COMPILE):
+                 compiler_options: Optional[dict] = FAST_COMPILE, num_starts: int = 1):
         if method not in ("auto", "newton", "lbfgs"):
             raise ValueError(f"method must be 'auto', 'newton' or 'lbfgs', not {method!r}")
         if num_samples < 1:
@@ -109,6 +113,9 @@ class LaplaceMatching:
         self.refine, self.hyper, self.init_strategy = refine, hyper, init_strategy
         self.refine_num_samples, self.refine_max_iter = refine_num_samples, refine_max_iter
         self.compiler_options = compiler_options
+        if num_starts < 1:
+            raise ValueError(f"num_starts must be at least 1, not {num_starts}")
+        self.num_starts = num_starts
         self.bases, self.families = dict(bases or {}), dict(families or {})
         self.num_chains, self.thinning = 1, 1  # what ArviZ reads of an MCMC object
         self._infos, self._result = {}, None
@@ -130,7 +137,7 @@ class LaplaceMatching:
     def _options(self, info: ModelInfo) -> FitOptions:
         method = self.method if self.method != "auto" else ("newton" if info.size <= self.newton_max_dim else "lbfgs")
         return FitOptions(method, self.tol, self.max_iter, self.regularize, self.refine, self.refine_num_samples,
-                          self.refine_max_iter, self.init_strategy)
+                          self.refine_max_iter, self.init_strategy, self.num_starts)
 
     def run(self, rng_key, *args, init_params: Optional[dict] = None, **kwargs) -> "LaplaceMatching":
         """Find the mode, the curvature and the matched posterior (draws come on request).

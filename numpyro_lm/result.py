@@ -78,6 +78,10 @@ class Result:
     def _fit_diagnostics(self) -> dict:
         raise NotImplementedError
 
+    def structure_reasons(self, i: int) -> list:
+        """Reasons not to trust data set ``i`` found in the fit's structure (none by default)."""
+        return []
+
     def _search_summary(self, d: dict) -> str:
         raise NotImplementedError
 
@@ -257,7 +261,8 @@ class Result:
                 verdicts.append(judge(w.khat, len(w.log_weights), w.ess, shift,
                                       converged=bool(np.atleast_1d(fit["converged"])[i]),
                                       positive=bool(np.atleast_1d(fit["positive_definite"])[i]),
-                                      condition=condition, precision_eps=eps, edge_sites=edge))
+                                      condition=condition, precision_eps=eps, edge_sites=edge,
+                                      structure=self.structure_reasons(i)))
             self._verdicts = verdicts
         return self._verdicts
 

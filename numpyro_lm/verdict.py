@@ -32,7 +32,7 @@ from typing import NamedTuple
 import numpy as np
 
 __all__ = ["NotTrustedWarning", "SHIFT_TRUSTED", "EDGE", "Verdict", "khat_threshold", "importance_shift", "judge", "verdict_sentence",
-           "NUTS_HINT"]
+           "NUTS_HINT", "distinct_modes", "MODE_DISTANCE", "MODE_MASS"]
 
 NUTS_HINT = ("run NUTS warm-started from this fit: warm = numpyro_lm.warm_nuts(lm); "
              "MCMC(warm.kernel, num_warmup=150, num_samples=1000).run(key, *args, init_params=warm.init_params, "
@@ -48,6 +48,12 @@ class NotTrustedWarning(UserWarning):
 
 SHIFT_TRUSTED = 0.1
 """Largest importance-estimated Wasserstein-1 shift of a marginal (posterior SDs) for a trusted fit."""
+
+MODE_DISTANCE = 3.0
+"""Two modes are distinct when some coordinate differs by more than this many posterior SDs."""
+
+MODE_MASS = 0.1
+"""A second mode counts when its Laplace mass is at least this fraction of the kept mode's."""
 
 EDGE = 12.0
 """A log or logit basis coordinate beyond this at the mode sits at the edge of its support
@@ -101,9 +107,37 @@ def shift_noise(ess: float) -> float:
     return 2.0 / np.sqrt(max(ess, 1.0))
 
 
+def distinct_modes(starts, mode, sd, layout) -> list:
+    r"""Reasons (at most one) for a multi-start fit that found a second mode of comparable mass.
+
+    ``starts`` (:class:`numpyro_lm.fit.Starts`, host arrays): where each search ended; a
+    search counts where it converged to a positive definite curvature. Its mode is distinct
+    from the kept ``mode`` when a coordinate differs by more than :data:`MODE_DISTANCE`
+    posterior SDs ``sd``, and comparable when its Laplace mass
+    :math:`\log p(y_k) - \tfrac12 \log\det H_k` is within a factor :data:`MODE_MASS` of the
+    kept mode's (the highest among the searches that ended at the kept mode).
+    """
+    ok = np.asarray(starts.converged) & np.asarray(starts.positive) & np.isfinite(starts.log_density)
+    if ok.sum() < 2:
+        return []
+    distance = np.max(np.abs(np.asarray(starts.x) - mode) / sd, axis=1)
+    mass = np.asarray(starts.log_density) - np.asarray(starts.half_logdet)
+    same = ok & (distance <= MODE_DISTANCE)
+    other = ok & (distance > MODE_DISTANCE)
+    if not same.any() or not other.any():
+        return []
+    k = np.flatnonzero(other)[np.argmax(mass[other])]
+    ratio = np.exp(mass[k] - np.max(mass[same]))
+    if ratio < MODE_MASS:
+        return []
+    where = layout.coordinate(int(np.argmax(np.abs(starts.x[k] - mode) / sd)))
+    return [f"the mode search from {len(ok)} starting points found a second mode {distance[k]:.0f} SDs away "
+            f"(at {where}) with {ratio:.0%} of the kept mode's Laplace mass: the posterior is multimodal"]
+
+
 def judge(khat: float, num_samples: int, ess: float, shift: dict, *, converged: bool = True,
           positive: bool = True, condition: float = 1.0, precision_eps: float = np.finfo(np.float32).eps,
-          edge_sites=()) -> Verdict:
+          edge_sites=(), structure=()) -> Verdict:
     """The :class:`Verdict` of one fit (module docstring).
 
     :param khat: the Pareto k-hat of ``p/q`` over ``num_samples`` draws, with importance ``ess``.
@@ -111,6 +145,7 @@ def judge(khat: float, num_samples: int, ess: float, shift: dict, *, converged: 
     :param condition: the curvature's condition number; ill-conditioned beyond ``1/sqrt(eps)``
         of the fit's precision (the mode and curvature keep fewer than half their digits).
     :param edge_sites: sites whose mode lies at the edge of their support.
+    :param structure: other reasons found in the fit's structure (:func:`distinct_modes`).
     """
     reasons = []
     if not converged:
@@ -121,6 +156,7 @@ def judge(khat: float, num_samples: int, ess: float, shift: dict, *, converged: 
         reasons.append(f"the curvature is ill-conditioned (condition number {condition:.1e}) for the precision")
     for site in edge_sites:
         reasons.append(f"site {site!r} has its mode at the edge of its support")
+    reasons.extend(structure)
     threshold = khat_threshold(num_samples)
     if not khat <= threshold:
         reasons.append(f"k-hat {khat:.2f} > {threshold:.2f} ({num_samples} draws): the approximation misses "

@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 from numpyro_lm import LaplaceMatching, NotTrustedWarning
-from numpyro_lm.verdict import importance_shift, judge, khat_threshold
+from numpyro_lm.verdict import distinct_modes, importance_shift, judge, khat_threshold
 
 KEY = jax.random.PRNGKey(0)
 
@@ -103,3 +103,37 @@ def test_a_trusted_fit_runs_silently(x32):
         warnings.simplefilter("error", NotTrustedWarning)
         d = LaplaceMatching(arcsine).run(KEY).diagnostics()
     assert d["trusted"] and d["reasons"] == [] and "trusted" in d["verdict"]
+
+
+def two_bumps():
+    # equal modes at x = -3 and 3 (SD 1 each), a saddle at the basis origin x = 0
+    x = numpyro.sample("x", dist.Normal(0.0, 10.0))
+    numpyro.factor("mix", jnp.logaddexp(dist.Normal(-3.0, 1.0).log_prob(x), dist.Normal(3.0, 1.0).log_prob(x)))
+    numpyro.sample("y", dist.Normal(0.0, 1.0))
+
+
+def test_multi_start_reports_a_second_mode(x32):
+    with pytest.warns(NotTrustedWarning, match="second mode"):
+        lm = LaplaceMatching(two_bumps, num_starts=4).run(KEY)
+    d = lm.diagnostics()
+    assert not d["trusted"]
+    assert abs(float(lm.gaussian.mean[0])) == pytest.approx(3.0, abs=0.05)  # one of the modes, not the saddle
+    starts = lm._result.starts
+    assert starts.x.shape == (4, 2) and not starts.positive[0]  # the origin's search stays on the saddle
+
+
+def test_distinct_modes_weighs_the_laplace_mass():
+    from numpyro_lm.fit import Starts
+    from numpyro_lm.model import model_info
+
+    layout = model_info(two_bumps).layout
+    x = np.array([[3.0, 0.0], [-3.0, 0.0], [3.01, 0.0]])
+    sd = np.ones(2)
+
+    def starts(log_density):
+        return Starts(x, np.asarray(log_density), np.ones(3, bool), np.ones(3, bool), np.zeros(3))
+
+    # a mode 6 SDs away with e^-1 = 37 % of the mass counts, with e^-3 = 5 % (< MODE_MASS) it does not
+    assert "37%" in distinct_modes(starts([0.0, -1.0, 0.0]), x[0], sd, layout)[0]
+    assert distinct_modes(starts([0.0, -3.0, 0.0]), x[0], sd, layout) == []
+    assert distinct_modes(starts([0.0, 0.0, 0.0]), x[0], sd * 10, layout) == []  # 0.6 SD apart: one mode
