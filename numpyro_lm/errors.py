@@ -42,6 +42,15 @@ def not_positive_definite(layout, curvature, data_set: Optional[int] = None) -> 
     eigval, eigvec = jax.device_get(curvature.spectrum())
     dtype = np.asarray(eigval).dtype
     eigval, eigvec = np.asarray(eigval, np.float64), np.asarray(eigvec, np.float64)
+    if not np.all(np.isfinite(eigval)):
+        # no spectrum to read: the Hessian itself is not finite (an infinite density or a
+        # mode at the edge of the support, e.g. a scale collapsing to zero in a funnel)
+        return NotPositiveDefiniteError(
+            f"{_where(data_set)}the negative Hessian at the mode is not finite: the mode search ran into an "
+            "infinite density or the edge of a site's support (a hierarchical scale collapsing to zero: a "
+            "funnel). Reparameterise (non-centred: numpyro.infer.reparam.LocScaleReparam), give the scale a "
+            "prior that keeps it off zero, or use nested Laplace over the scale (hyper=[...])."
+        )
     floor = float(singular_floor(eigval))
     bad = np.flatnonzero(eigval <= floor) if np.any(eigval <= floor) else np.array([0])
     weights = np.sum(eigvec[:, bad] ** 2, axis=1)

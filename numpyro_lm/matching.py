@@ -24,6 +24,7 @@ from typing import Callable, Optional
 import jax
 import numpy as np
 
+from .autopilot import run_auto
 from .bases import get_basis
 from .batch import batch_of, pad, pad_inputs
 from .errors import NotPositiveDefiniteError
@@ -73,6 +74,10 @@ class LaplaceMatching:
     :param hyper: nested Laplace (:mod:`numpyro_lm.nested`, INLA style) over these sites
         (at most ten coordinates), or ``"auto"``: the global scalar or 2-vector sites of a
         model with plated latent sites (at most three coordinates). No joint fit is made.
+    :param str strategy: ``"auto"`` (default): the cheapest of joint Laplace Matching,
+        PSIS-corrected moments, MVI refinement and nested Laplace whose verdict is trusted
+        (:mod:`numpyro_lm.autopilot`; the attempts are in ``diagnostics()["trail"]``);
+        ``"laplace"``: the joint fit alone. Explicit ``refine=`` or ``hyper=`` choose for you.
     :param int num_starts: mode searches side by side (one vmapped program): from the
         initial point and from ``num_starts - 1`` points uniform in (-2, 2) of NumPyro's
         unconstrained space. The highest density is kept; a second mode of comparable
@@ -88,7 +93,7 @@ class LaplaceMatching:
                  tol: Optional[float] = None, max_iter: int = 200, regularize: Optional[float] = None,
                  newton_max_dim: int = 1000, progress_bar: bool = True, refine: Optional[str] = None, hyper=None,
                  refine_num_samples: int = 1000, refine_max_iter: int = 200,
-                 compiler_options: Optional[dict] = FAST_COMPILE, num_starts: int = 1):
+                 compiler_options: Optional[dict] = FAST_COMPILE, num_starts: int = 1, strategy: str = "auto"):
         if method not in ("auto", "newton", "lbfgs"):
             raise ValueError(f"method must be 'auto', 'newton' or 'lbfgs', not {method!r}")
         if num_samples < 1:
@@ -113,6 +118,9 @@ class LaplaceMatching:
         self.refine, self.hyper, self.init_strategy = refine, hyper, init_strategy
         self.refine_num_samples, self.refine_max_iter = refine_num_samples, refine_max_iter
         self.compiler_options = compiler_options
+        if strategy not in ("auto", "laplace"):
+            raise ValueError(f'strategy must be "auto" or "laplace", not {strategy!r}')
+        self.strategy = strategy
         if num_starts < 1:
             raise ValueError(f"num_starts must be at least 1, not {num_starts}")
         self.num_starts = num_starts
@@ -150,10 +158,14 @@ class LaplaceMatching:
         info = self._model_info(args, kwargs)
         common = dict(num_samples=self.num_samples, compiler_options=self.compiler_options,
                       progress_bar=self.progress_bar)
+        trail = None
         if self.hyper is not None:
             result = run_nested(info, self._options(info), self.hyper, rng_key, args, kwargs, init_params, **common)
+        elif self.strategy == "auto" and self.refine is None:
+            result, trail = run_auto(info, self._options(info), rng_key, args, kwargs, init_params, **common)
         else:
             result = run_joint(info, self._options(info), rng_key, args, kwargs, init_params, **common)
+        result.trail = trail
         self._result = result  # only a fit that passed its checks replaces the last one
         diagnostics = result.diagnostics()
         if not diagnostics["trusted"]:  # silence is not an answer

@@ -56,6 +56,7 @@ class Result:
         self.num_diagnostic_samples = diagnostic_samples(num_samples, info.size, 1 if batch is None else batch.padded)
         self._draws, self._weights = {}, {}
         self._posterior = self._mode_trace = self._refused = self._spectrum = self._verdicts = None
+        self.trail = None  # the auto-pilot's attempts (numpyro_lm.autopilot.Attempt), if it chose this fit
 
     # ------------------------------------------------------------ to fill in
 
@@ -298,6 +299,7 @@ class Result:
             "log_evidence": per_row([w.log_evidence for w in rows]),
             "num_samples": int(self.num_samples),
             "verdict": each([verdict_sentence(v, w.khat, w.ess) for v, w in zip(verdicts, rows)]),
+            "trail": None if self.trail is None else [a._asdict() for a in self.trail],
         }
 
     def print_summary(self, prob: float = 0.9, exclude_deterministic: bool = True):
@@ -314,6 +316,8 @@ class Result:
         if exclude_deterministic:
             samples = {s.name: samples[s.name] for s in self.info.layout.sites}
         numpyro_print_summary(samples, prob=prob, group_by_chain=False)
+        if self.trail is not None:
+            print("Auto-pilot: " + " -> ".join(a.line() for a in self.trail))
         print(
             f"{self._search_summary(d)}\nNegative Hessian eigenvalues in [{d['hessian_min_eigenvalue']:.3g}, "
             f"{d['hessian_max_eigenvalue']:.3g}], condition number {d['hessian_condition_number']:.3g}.\n"

@@ -35,22 +35,29 @@ __all__ = ["NestedResult", "hyper_sites", "run_nested"]
 
 
 def hyper_sites(layout, hyper) -> list:
-    """The hyperparameter sites: the names given, or for ``"auto"`` the scalar or 2-vector
-    sites outside every plate of a model with plated latent sites (at most three coordinates)."""
+    """The hyperparameter sites: the names given, or for ``"auto"`` the model's global scales
+    and shapes, found from the sites themselves (plates or not): the constrained sites
+    (positive, interval, ... : not a real-valued location) of at most two coordinates each
+    that lie outside every plate, at most ten coordinates in all, with at least one latent
+    coordinate left for the conditional fits. Noise scales of a likelihood, prior scales of
+    other latent sites (hierarchical or non-centred), kernel hyperparameters and shape
+    parameters (degrees of freedom, concentrations) are such sites; locations and
+    regression coefficients are left to the conditional Laplace step, where they are
+    Gaussian given the hyperparameters in linear models.
+    """
     names = [s.name for s in layout.sites]
     if hyper != "auto":
         unknown = [h for h in hyper if h not in names]
         if unknown:
             raise ValueError(f"hyper names {unknown}, which are not latent sites; the latent sites are {names}")
         return list(hyper)
-    chosen = [s.name for s in layout.sites if not s.plates and s.size <= 2]
-    plated = any(s.plates for s in layout.sites)
+    chosen = [s.name for s in layout.sites if not s.plates and s.size <= 2 and s.basis != "identity"]
     size = sum(layout.site(n).size for n in chosen)
-    if not plated or not chosen or size > 3:
+    if not chosen or size > MAX_CCD_DIM or size == layout.size:
         raise ValueError(
-            'hyper="auto" looks for at most three coordinates of global sites above plated '
-            f"latent sites and found {chosen} ({size} coordinates) in a model "
-            f"{'with' if plated else 'without'} plated latent sites. Name them: hyper=[...]."
+            'hyper="auto" looks for global constrained sites of at most two coordinates each (scales, '
+            f"shapes), at most {MAX_CCD_DIM} coordinates in all and not every latent site; it found {chosen} "
+            f"({size} of {layout.size} coordinates). Name them: hyper=[...]."
         )
     return chosen
 

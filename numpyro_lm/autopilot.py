@@ -1,0 +1,166 @@
+r"""The auto-pilot: the cheapest approximation whose verdict passes, with the trail that led there.
+
+``LaplaceMatching(model)`` (``strategy="auto"``) tries, in order of cost, and stops at the
+first candidate whose verdict (:mod:`numpyro_lm.verdict`) is *trusted*:
+
+1. ``"laplace"``: the joint Laplace Matching fit (:func:`numpyro_lm.joint.run_joint`).
+2. ``"psis"``: the Gaussian whose mean and covariance in the LM basis are the Pareto
+   smoothed importance-weighted moments of the Laplace draws (tried where those weights
+   are reliable: k-hat at most the threshold and an importance ESS of at least
+   ``20 D``). Moment matching minimises :math:`\mathrm{KL}(p\,\|\,q)` within the
+   Gaussians, the direction that gets marginals right (a noise scale's joint-vs-marginal
+   offset); each site's matched family follows from it as from a Laplace fit. Its own
+   fresh draws and weights give its verdict.
+3. ``"refine"``: MVI refinement of the Laplace Gaussian (:mod:`numpyro_lm.refine`,
+   ``"eig"``: mean and covariance eigenvalues against a fixed-draw evidence lower bound).
+4. ``"nested"``: nested Laplace over the model's hyperparameters
+   (:mod:`numpyro_lm.nested`), where :func:`numpyro_lm.nested.fit.hyper_sites` finds them.
+
+Each attempt is recorded (candidate, trusted, k-hat, worst importance shift, seconds,
+reasons) in ``diagnostics()["trail"]``. If none is trusted, the attempt with the smallest
+failure is kept and ``run`` warns, naming the call that runs NUTS warm-started from it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .curvature import DenseCurvature
+from .fit import FitOptions, JointFit
+from .joint import JointResult, run_joint
+from .laplace import LaplaceState
+from .marginals import matched_params
+from .nested import run_nested
+from .nested.fit import hyper_sites
+from .programs import program
+
+__all__ = ["Attempt", "CANDIDATES", "moment_fit", "run_auto"]
+
+CANDIDATES = ("laplace", "psis", "refine", "nested")
+
+REFINE = dict(refine="eig", refine_num_samples=200, refine_max_iter=100)
+"""The refinement the auto-pilot tries (fixed draws and L-BFGS steps kept small)."""
+
+
+class Attempt(NamedTuple):
+    """One rung of the auto-pilot: what was tried and what its verdict said."""
+
+    candidate: str
+    trusted: bool
+    pareto_k: float
+    max_shift: float
+    seconds: float
+    reasons: tuple
+
+    def line(self) -> str:
+        verdict = "trusted" if self.trusted else "not trusted: " + "; ".join(self.reasons)
+        return f"{self.candidate} ({self.seconds:.2f} s, k-hat {self.pareto_k:.2f}): {verdict}"
+
+
+def moment_fit(info, fitted: JointFit, flat, log_weights, args, kwargs) -> JointFit:
+    """The :class:`~numpyro_lm.fit.JointFit` of the Gaussian with the importance-weighted mean
+    and covariance of the draws ``flat (S, D)`` (basis coordinates), normalised
+    ``log_weights``; the search's flags are kept."""
+    w = jnp.exp(log_weights - jax.scipy.special.logsumexp(log_weights)).astype(flat.dtype)
+    mean = w @ flat
+    centred = flat - mean
+    cov = (centred * w[:, None]).T @ centred
+    state = fitted.state
+    new = LaplaceState(mean, DenseCurvature.from_covariance(cov), state.log_density, state.info)
+    params = matched_params(info.layout, new.gaussian)
+    finite = {site: jnp.all(jnp.stack([jnp.all(jnp.isfinite(v)) for v in p.values()])) for site, p in params.items()}
+    return JointFit(new, params, None, finite)
+
+
+def _moment_program(info, fitted, flat, log_weights, args, kwargs):
+    return moment_fit(info, fitted, flat, log_weights, args, kwargs)
+
+
+def _attempt(name: str, result, seconds: float) -> Attempt:
+    verdict = result.verdicts()[0]
+    khat = float(result.weights()[2].khat)
+    return Attempt(name, verdict.trusted, khat, max(verdict.shift.values(), default=0.0), seconds,
+                   verdict.reasons)
+
+
+def _badness(attempt: Attempt, result) -> tuple:
+    """Order of the untrusted attempts: a reliable k-hat first, then the smallest shift."""
+    threshold = result.verdicts()[0].khat_threshold
+    return (not attempt.pareto_k <= threshold, attempt.max_shift, attempt.pareto_k)
+
+
+def run_auto(info, options: FitOptions, rng_key, args, kwargs, init_params=None, *, num_samples: int,
+             compiler_options, progress_bar: bool = True, candidates=CANDIDATES):
+    """``(result, trail)``: the first trusted candidate's result (module docstring), else the
+    least bad one, and the list of :class:`Attempt` s."""
+    common = dict(num_samples=num_samples, compiler_options=compiler_options, progress_bar=progress_bar)
+    trail, results, first_error = [], [], None
+
+    def record(name, make):
+        nonlocal first_error
+        t0 = time.perf_counter()
+        try:
+            result = make()
+            result.verdicts()
+        except ValueError as error:  # a candidate that cannot be fitted: the next may be
+            first_error = first_error or error
+            trail.append(Attempt(name, False, float("nan"), float("nan"), time.perf_counter() - t0, (str(error),)))
+            return None
+        attempt = _attempt(name, result, time.perf_counter() - t0)
+        trail.append(attempt)
+        results.append((attempt, result))
+        return result
+
+    laplace = record("laplace", lambda: run_joint(info, options, rng_key, args, kwargs, init_params, **common))
+    if laplace is not None and trail[-1].trusted:
+        return laplace, trail
+
+    if "psis" in candidates and laplace is not None and _reweighting_reliable(laplace, info.size):
+        record("psis", lambda: _psis_result(laplace, rng_key, compiler_options, num_samples))
+        if trail[-1].trusted:
+            return results[-1][1], trail
+
+    if "refine" in candidates and laplace is not None:
+        refined = options._replace(**REFINE)
+        record("refine", lambda: run_joint(info, refined, rng_key, args, kwargs, init_params, **common))
+        if trail[-1].trusted:
+            return results[-1][1], trail
+
+    hyper = _hyper(info)
+    if "nested" in candidates and hyper is not None:
+        record("nested", lambda: run_nested(info, options, hyper, rng_key, args, kwargs, init_params, **common))
+        if trail[-1].trusted:
+            return results[-1][1], trail
+
+    if not results:
+        raise first_error
+    attempt, result = min(results, key=lambda ar: _badness(*ar))
+    return result, trail
+
+
+def _reweighting_reliable(result, dim: int) -> bool:
+    weights = result.weights()[2]
+    return bool(weights.khat <= result.verdicts()[0].khat_threshold and weights.ess >= 20 * dim)
+
+
+def _psis_result(laplace: JointResult, rng_key, compiler_options, num_samples: int) -> JointResult:
+    flat = laplace.draws(laplace.num_diagnostic_samples)[1]
+    log_weights = jnp.asarray(laplace.weights()[2].log_weights, flat.dtype)
+    fitted = program(_moment_program, laplace.info, compiler_options=compiler_options)(
+        (laplace.fit, flat, log_weights), laplace.args, laplace.kwargs)
+    key = jax.random.fold_in(rng_key, 5)  # fresh draws for an honest verdict
+    return JointResult(laplace.info, laplace.options, laplace.args, laplace.kwargs, key, key, fitted, num_samples,
+                       compiler_options)
+
+
+def _hyper(info) -> Optional[list]:
+    """The model's hyperparameter sites, or None where none are found."""
+    try:
+        return hyper_sites(info.layout, "auto")
+    except ValueError:
+        return None
