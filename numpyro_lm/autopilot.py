@@ -11,10 +11,11 @@ first candidate whose verdict (:mod:`numpyro_lm.verdict`) is *trusted*:
    Gaussians, the direction that gets marginals right (a noise scale's joint-vs-marginal
    offset); each site's matched family follows from it as from a Laplace fit. Its own
    fresh draws and weights give its verdict.
-3. ``"refine"``: MVI refinement of the Laplace Gaussian (:mod:`numpyro_lm.refine`,
+3. ``"nested"``: nested Laplace over the model's hyperparameters
+   (:mod:`numpyro_lm.nested`), where :func:`numpyro_lm.nested.fit.hyper_sites` finds them
+   (global scales and shapes: where a joint fit fails, it is usually over these).
+4. ``"refine"``: MVI refinement of the Laplace Gaussian (:mod:`numpyro_lm.refine`,
    ``"eig"``: mean and covariance eigenvalues against a fixed-draw evidence lower bound).
-4. ``"nested"``: nested Laplace over the model's hyperparameters
-   (:mod:`numpyro_lm.nested`), where :func:`numpyro_lm.nested.fit.hyper_sites` finds them.
 
 Each attempt is recorded (candidate, trusted, k-hat, worst importance shift, seconds,
 reasons) in ``diagnostics()["trail"]``. If none is trusted, the attempt with the smallest
@@ -41,7 +42,7 @@ from .programs import program
 
 __all__ = ["Attempt", "CANDIDATES", "moment_fit", "run_auto"]
 
-CANDIDATES = ("laplace", "psis", "refine", "nested")
+CANDIDATES = ("laplace", "psis", "nested", "refine")
 
 REFINE = dict(refine="eig", refine_num_samples=200, refine_max_iter=100)
 """The refinement the auto-pilot tries (fixed draws and L-BFGS steps kept small)."""
@@ -125,15 +126,15 @@ def run_auto(info, options: FitOptions, rng_key, args, kwargs, init_params=None,
         if trail[-1].trusted:
             return results[-1][1], trail
 
-    if "refine" in candidates and laplace is not None:
-        refined = options._replace(**REFINE)
-        record("refine", lambda: run_joint(info, refined, rng_key, args, kwargs, init_params, **common))
-        if trail[-1].trusted:
-            return results[-1][1], trail
-
     hyper = _hyper(info)
     if "nested" in candidates and hyper is not None:
         record("nested", lambda: run_nested(info, options, hyper, rng_key, args, kwargs, init_params, **common))
+        if trail[-1].trusted:
+            return results[-1][1], trail
+
+    if "refine" in candidates and laplace is not None:
+        refined = options._replace(**REFINE)
+        record("refine", lambda: run_joint(info, refined, rng_key, args, kwargs, init_params, **common))
         if trail[-1].trusted:
             return results[-1][1], trail
 

@@ -197,8 +197,8 @@ def in_float64(run: Callable, arrays, args=(), kwargs=None):
     the weights (``p`` near a boundary of its support) or hide a real one (a large ``|log p|``).
     """
     with jax.enable_x64(True):
-        def up(a):
-            return jax.numpy.asarray(a, jax.numpy.float64) if _is_floating(a) else a
+        def up(a):  # on the host: an eager conversion would compile a program per shape
+            return np.asarray(jax.device_get(a), np.float64) if _is_floating(a) else a
 
         arrays, args, kwargs = jax.tree.map(up, (arrays, tuple(args), dict(kwargs or {})))
         return jax.device_get(run(arrays, args, kwargs))

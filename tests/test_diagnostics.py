@@ -11,7 +11,7 @@ from scipy.special import betaln, gammaln
 from scipy.stats import multivariate_normal
 
 from numpyro_lm import LaplaceMatching, NotTrustedWarning
-from numpyro_lm.diagnostics import importance_resample, khat_verdict, psis
+from numpyro_lm.diagnostics import importance_resample, khat_verdict, pareto_smooth, psis
 
 KEY = jax.random.PRNGKey(0)
 
@@ -158,7 +158,7 @@ def test_eight_schools_khat_flags_the_funnel(x64, capsys):
     sigma = jnp.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
     # 4000 draws: with 1000, k-hat of this pair varies between 0.6 and 1.3 over seeds
     with pytest.warns(NotTrustedWarning, match="k-hat .* > 0.70"):  # run() does not stay silent
-        lm = LaplaceMatching(eight_schools, num_samples=4000).run(KEY, sigma, y)
+        lm = LaplaceMatching(eight_schools, num_samples=4000, strategy="laplace").run(KEY, sigma, y)
     d = lm.diagnostics()
     assert d["pareto_k"] > 0.7 and not d["trusted"]
     lm.print_summary()
@@ -170,3 +170,14 @@ def test_resample_rejects_unknown_method(x64):
     lm = LaplaceMatching(skew_normal, num_samples=100).run(KEY)
     with pytest.raises(ValueError, match="psis"):
         lm.get_samples(resample="sir")
+
+
+@pytest.mark.parametrize("df, n", [(1.5, 4000), (3.0, 1000), (10.0, 4000), (100.0, 200), (2.0, 50)])
+def test_pareto_smooth_equals_arviz(df, n):
+    import arviz as az
+
+    lw = np.random.default_rng(int(df * n)).standard_t(df=df, size=n)
+    expected, khat = az.psislw(lw.copy(), reff=1.0)
+    smoothed, k = pareto_smooth(lw)
+    assert k == pytest.approx(float(khat), abs=1e-12)
+    np.testing.assert_allclose(smoothed, np.asarray(expected), atol=1e-12)
