@@ -38,7 +38,7 @@ def test_mixture_kl_ordering_of_the_paper():
     log_p = log_mixture(points)
     kl = {}
     for method in (None, "mean", "eig", "lowrank"):
-        lm = LaplaceMatching(mixture, refine=method, refine_num_samples=1000).run(KEY)
+        lm = LaplaceMatching(mixture, refine=method, refine_num_samples=1000, strategy="laplace").run(KEY)
         log_q = dist.MultivariateNormal(lm.gaussian.mean, lm.gaussian.cov).log_prob(points)
         kl[method] = float(jnp.sum(jnp.exp(log_q) * (log_q - log_p)) * area)
         d = lm.diagnostics()
@@ -109,7 +109,7 @@ def paper_data(key, n):
 
 def test_every_mvi_variant_improves_the_cauchy_regression_lpd():
     methods = (None, "mean", "eig", "lowrank")
-    fits = {m: LaplaceMatching(cauchy_regression, refine=m, num_samples=1000, refine_num_samples=300,
+    fits = {m: LaplaceMatching(cauchy_regression, refine=m, num_samples=1000, refine_num_samples=300, strategy="laplace",
                                refine_max_iter=60, progress_bar=False) for m in methods}
     lpd = {m: [] for m in methods}
     for i in range(20):  # 20 data sets of N = 50, each tested on 500 points
