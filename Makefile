@@ -34,6 +34,7 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/refine.py
 	$(PY) benchmarks/nested.py
 	$(PY) benchmarks/batch.py
+	$(PY) benchmarks/trust.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -28,6 +28,7 @@ from numpyro.infer import MCMC, NUTS
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from reference import load_reference, reference_metadata  # noqa: E402
 from score import halves, w1_over_sd, worst  # noqa: E402
+from report import write_results  # noqa: E402
 from suite import SUITE  # noqa: E402
 
 from numpyro_lm import LaplaceMatching  # noqa: E402
@@ -128,7 +129,22 @@ def summary(results) -> list:
     return lines
 
 
+def warm_up_jax():
+    """A throwaway NUTS run and LM fit of a toy model, so that neither side of the first
+    model pays the process's one-off start-up (JAX's backend, first compilations)."""
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+
+    def toy():
+        numpyro.sample("x", dist.Normal(jnp.zeros(2), 1.0).to_event(1))
+
+    MCMC(NUTS(toy), num_warmup=10, num_samples=10, progress_bar=False).run(jax.random.PRNGKey(0))
+    LaplaceMatching(toy, progress_bar=False).run(jax.random.PRNGKey(0))
+
+
 def main(names):
+    warm_up_jax()
     lines = [
         f"jax {jax.__version__}, x64={jax.config.jax_enable_x64}, {jax.devices()[0].platform} "
         f"({os.cpu_count()} cores). "
@@ -149,10 +165,7 @@ def main(names):
     lines += [""] + tail
     print("\n" + "\n".join(tail), flush=True)
     if set(names) == set(SUITE):  # a partial run does not replace the table
-        os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-        with open(os.path.join(HERE, "results", "trust.md"), "w") as f:
-            f.write(f"<!-- written by benchmarks/trust.py on {time.strftime('%Y-%m-%d')}; do not edit -->\n"
-                    + "\n".join(lines) + "\n")
+        write_results("trust", "\n".join(lines), "trust.md")
 
 
 if __name__ == "__main__":
