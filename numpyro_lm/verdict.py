@@ -46,8 +46,11 @@ class NotTrustedWarning(UserWarning):
     NotTrustedWarning)`` silences it; ``diagnostics()["trusted"]`` says the same."""
 
 
-SHIFT_TRUSTED = 0.1
-"""Largest importance-estimated Wasserstein-1 shift of a marginal (posterior SDs) for a trusted fit."""
+SHIFT_TRUSTED = 0.07
+"""Largest importance-estimated Wasserstein-1 shift of a marginal (posterior SDs) for a trusted
+fit, before the Monte Carlo allowance. Below the 0.1 SD our benchmarks call accurate because
+the estimate runs low where ``q``'s tails are too light (a two-state HMM's transition
+probabilities: 0.11 estimated, 0.18 against long NUTS)."""
 
 MODE_DISTANCE = 3.0
 """Two modes are distinct when some coordinate differs by more than this many posterior SDs."""
