@@ -75,7 +75,7 @@ class LaplaceMatching:
         (at most ten coordinates), or ``"auto"``: the global scalar or 2-vector sites of a
         model with plated latent sites (at most three coordinates). No joint fit is made.
     :param str strategy: ``"auto"`` (default): the cheapest of joint Laplace Matching,
-        PSIS-corrected moments, MVI refinement and nested Laplace whose verdict is trusted
+        PSIS-corrected moments and nested Laplace whose verdict is trusted
         (:mod:`numpyro_lm.autopilot`; the attempts are in ``diagnostics()["trail"]``);
         ``"laplace"``: the joint fit alone. Explicit ``refine=`` or ``hyper=`` choose for you.
     :param int num_starts: mode searches side by side (one vmapped program): from the
