@@ -69,7 +69,8 @@ class Attempt(NamedTuple):
 
     def line(self) -> str:
         verdict = "trusted" if self.trusted else "not trusted: " + "; ".join(self.reasons)
-        return f"{self.candidate} ({self.seconds:.2f} s, k-hat {self.pareto_k:.2f}): {verdict}"
+        khat = "" if np.isnan(self.pareto_k) else f", k-hat {self.pareto_k:.2f}"
+        return f"{self.candidate} ({self.seconds:.2f} s{khat}): {verdict}"
 
 
 def moment_fit(info, fitted: JointFit, flat, log_weights, args, kwargs) -> JointFit:

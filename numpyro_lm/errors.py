@@ -14,7 +14,7 @@ import numpy as np
 
 from .curvature import singular_floor
 
-__all__ = ["NotPositiveDefiniteError", "FitChecks", "fit_error", "convergence_warning", "check_fit", "not_positive_definite"]
+__all__ = ["check_options", "NotPositiveDefiniteError", "FitChecks", "fit_error", "convergence_warning", "check_fit", "not_positive_definite"]
 
 
 class NotPositiveDefiniteError(ValueError):
@@ -113,3 +113,37 @@ def check_fit(layout, checks: FitChecks, curvature, stacklevel: int = 4):
         warnings.warn(warning, stacklevel=stacklevel)
     if error is not None:
         raise error
+
+
+def check_options(*, method, num_samples, refine, refine_num_samples, refine_max_iter, hyper, bases, families,
+                  strategy, fallback, num_starts):
+    """Refuse ``LaplaceMatching``'s bad options when it is made, naming the option and the choices."""
+    from .bases import get_basis
+    from .families import family_names, get_family
+    from .refine import REFINE_METHODS
+
+    if method not in ("auto", "newton", "lbfgs"):
+        raise ValueError(f"method must be 'auto', 'newton' or 'lbfgs', not {method!r}")
+    if num_samples < 1:
+        raise ValueError(f"num_samples must be positive, not {num_samples}")
+    if refine is not None and refine not in REFINE_METHODS:
+        raise ValueError(f"refine must be None or one of {REFINE_METHODS}, not {refine!r}")
+    if refine_num_samples < 1 or refine_max_iter < 0:
+        raise ValueError("refine_num_samples must be positive and refine_max_iter non-negative")
+    if hyper is not None and hyper != "auto" and not (
+        isinstance(hyper, (list, tuple)) and hyper and all(isinstance(h, str) for h in hyper)
+    ):
+        raise ValueError(f'hyper must be None, "auto" or a list of site names, not {hyper!r}')
+    if hyper is not None and refine is not None:
+        raise ValueError("refine= and hyper= cannot be combined yet; choose one")
+    for name in (bases or {}).values():
+        get_basis(name)  # unknown names fail here, not deep inside a trace
+    for name in (families or {}).values():
+        if name not in family_names():
+            get_family(name)  # raises with the list of families
+    if strategy not in ("auto", "laplace"):
+        raise ValueError(f'strategy must be "auto" or "laplace", not {strategy!r}')
+    if fallback not in (None, "nuts"):
+        raise ValueError(f'fallback must be None or "nuts", not {fallback!r}')
+    if num_starts < 1:
+        raise ValueError(f"num_starts must be at least 1, not {num_starts}")

@@ -25,16 +25,14 @@ import jax
 import numpy as np
 
 from .autopilot import run_auto
-from .bases import get_basis
 from .batch import batch_of, pad, pad_inputs
-from .errors import NotPositiveDefiniteError
-from .families import family_names, get_family
+from .fallback import run_fallback
+from .errors import NotPositiveDefiniteError, check_options
 from .fit import FitOptions
 from .joint import run_joint
 from .model import ModelInfo, model_info
 from .nested import run_nested
 from .programs import BATCH_COMPILE, FAST_COMPILE, merge_inputs, shape_key, split_inputs
-from .refine import REFINE_METHODS
 from .verdict import NotTrustedWarning
 
 __all__ = ["LaplaceMatching", "NotPositiveDefiniteError", "FAST_COMPILE", "BATCH_COMPILE"]
@@ -78,6 +76,9 @@ class LaplaceMatching:
         PSIS-corrected moments and nested Laplace whose verdict is trusted
         (:mod:`numpyro_lm.autopilot`; the attempts are in ``diagnostics()["trail"]``);
         ``"laplace"``: the joint fit alone. Explicit ``refine=`` or ``hyper=`` choose for you.
+    :param str fallback: ``"nuts"``: where the answer is not trusted, run NUTS warm-started
+        from it and answer with NUTS's draws (:mod:`numpyro_lm.fallback`). Default ``None``:
+        ``run`` warns instead, naming that call.
     :param int num_starts: mode searches side by side (one vmapped program): from the
         initial point and from ``num_starts - 1`` points uniform in (-2, 2) of NumPyro's
         unconstrained space. The highest density is kept; a second mode of comparable
@@ -93,37 +94,17 @@ class LaplaceMatching:
                  tol: Optional[float] = None, max_iter: int = 200, regularize: Optional[float] = None,
                  newton_max_dim: int = 1000, progress_bar: bool = True, refine: Optional[str] = None, hyper=None,
                  refine_num_samples: int = 1000, refine_max_iter: int = 200,
-                 compiler_options: Optional[dict] = FAST_COMPILE, num_starts: int = 1, strategy: str = "auto"):
-        if method not in ("auto", "newton", "lbfgs"):
-            raise ValueError(f"method must be 'auto', 'newton' or 'lbfgs', not {method!r}")
-        if num_samples < 1:
-            raise ValueError(f"num_samples must be positive, not {num_samples}")
-        if refine is not None and refine not in REFINE_METHODS:
-            raise ValueError(f"refine must be None or one of {REFINE_METHODS}, not {refine!r}")
-        if refine_num_samples < 1 or refine_max_iter < 0:
-            raise ValueError("refine_num_samples must be positive and refine_max_iter non-negative")
-        if hyper is not None and hyper != "auto" and not (
-            isinstance(hyper, (list, tuple)) and hyper and all(isinstance(h, str) for h in hyper)
-        ):
-            raise ValueError(f'hyper must be None, "auto" or a list of site names, not {hyper!r}')
-        if hyper is not None and refine is not None:
-            raise ValueError("refine= and hyper= cannot be combined yet; choose one")
-        for name in (bases or {}).values():
-            get_basis(name)  # unknown names fail here, not deep inside a trace
-        for name in (families or {}).values():
-            if name not in family_names():
-                get_family(name)  # raises with the list of families
+                 compiler_options: Optional[dict] = FAST_COMPILE, num_starts: int = 1, strategy: str = "auto",
+                 fallback: Optional[str] = None):
+        check_options(method=method, num_samples=num_samples, refine=refine, refine_num_samples=refine_num_samples,
+                      refine_max_iter=refine_max_iter, hyper=hyper, bases=bases, families=families,
+                      strategy=strategy, fallback=fallback, num_starts=num_starts)
         self.model, self.num_samples, self.method, self.tol, self.max_iter = model, num_samples, method, tol, max_iter
         self.regularize, self.newton_max_dim, self.progress_bar = regularize, newton_max_dim, progress_bar
         self.refine, self.hyper, self.init_strategy = refine, hyper, init_strategy
         self.refine_num_samples, self.refine_max_iter = refine_num_samples, refine_max_iter
-        self.compiler_options = compiler_options
-        if strategy not in ("auto", "laplace"):
-            raise ValueError(f'strategy must be "auto" or "laplace", not {strategy!r}')
-        self.strategy = strategy
-        if num_starts < 1:
-            raise ValueError(f"num_starts must be at least 1, not {num_starts}")
-        self.num_starts = num_starts
+        self.compiler_options, self.strategy, self.fallback, self.num_starts = (compiler_options, strategy, fallback,
+                                                                                num_starts)
         self.bases, self.families = dict(bases or {}), dict(families or {})
         self.num_chains, self.thinning = 1, 1  # what ArviZ reads of an MCMC object
         self._infos, self._result = {}, None
@@ -166,8 +147,14 @@ class LaplaceMatching:
         else:
             result = run_joint(info, self._options(info), rng_key, args, kwargs, init_params, **common)
         result.trail = trail
-        self._result = result  # only a fit that passed its checks replaces the last one
-        diagnostics = result.diagnostics()
+        previous, self._result = self._result, result  # only a fit that passed its checks replaces the last one
+        if self.fallback == "nuts" and not result.diagnostics()["trusted"]:
+            try:
+                self._result = run_fallback(self, result, rng_key, args, kwargs)
+            except BaseException:
+                self._result = previous  # a failed call leaves the object as it was
+                raise
+        diagnostics = self._result.diagnostics()
         if not diagnostics["trusted"]:  # silence is not an answer
             warnings.warn(f"LaplaceMatching: {diagnostics['verdict']}", NotTrustedWarning, stacklevel=2)
         return self

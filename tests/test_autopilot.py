@@ -94,3 +94,26 @@ def test_strategy_is_checked_and_explicit_options_win():
         LaplaceMatching(poisson_rate, strategy="fast")
     lm = LaplaceMatching(poisson_rate, strategy="laplace").run(KEY, jnp.array([1.0, 2.0]))
     assert lm.diagnostics()["trail"] is None
+
+
+def test_fallback_runs_warm_started_nuts_where_nothing_is_trusted(x32):
+    # a bimodal target: no Gaussian candidate is trusted; NUTS from the fit finds both modes
+    def two_bumps():
+        x = numpyro.sample("x", dist.Normal(0.0, 10.0))
+        numpyro.factor("mix", jnp.logaddexp(dist.Normal(-1.5, 1.0).log_prob(x), dist.Normal(2.0, 1.0).log_prob(x)))
+
+    with pytest.raises(ValueError, match="fallback"):
+        LaplaceMatching(two_bumps, fallback="mcmc")
+    lm = LaplaceMatching(two_bumps, fallback="nuts", num_samples=2000, progress_bar=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NotTrustedWarning)
+        lm.run(KEY)
+    d = lm.diagnostics()
+    assert d["trail"][-1]["candidate"] == "nuts" and "nuts" in d
+    x = np.asarray(lm.get_samples()["x"])
+    assert x.shape == (2000,)
+    # the mixture (N(0, 10) prior aside): mean 0.25, sd sqrt(1 + 1.75^2) = 2.02; NUTS's MC
+    # error with an ESS above 100 is below 0.2
+    assert abs(x.mean() - 0.25) < 0.4 and x.std() == pytest.approx(2.02, abs=0.25)
+    with pytest.raises(ValueError, match="NUTS"):
+        lm.get_samples(resample="psis")
