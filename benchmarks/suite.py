@@ -16,6 +16,7 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro.distributions import constraints
 
+import models
 from models import rbf_kernel
 
 # Rubin's (1981) eight schools: estimated effects and their standard errors
@@ -41,16 +42,9 @@ def eight_schools_centered():
 def eight_schools_noncentered():
     """Non-centred eight schools: theta = mu + tau * theta_tilde. Smooth for NUTS, but tau's
     posterior is skewed with its mass piled near zero: a Gaussian in log tau misses it.
-    The reference uses target_accept_prob=0.95 (a few divergences at the default 0.8)."""
-    def model(sigma, y=None):
-        mu = numpyro.sample("mu", dist.Normal(0.0, 5.0))
-        tau = numpyro.sample("tau", dist.HalfCauchy(5.0))
-        with numpyro.plate("J", sigma.shape[0]):
-            theta_tilde = numpyro.sample("theta_tilde", dist.Normal(0.0, 1.0))
-            theta = numpyro.deterministic("theta", mu + tau * theta_tilde)
-            numpyro.sample("obs", dist.Normal(theta, sigma), obs=y)
-
-    return model, (jnp.asarray(SCHOOLS_SIGMA),), {"y": jnp.asarray(SCHOOLS_Y)}
+    The reference uses target_accept_prob=0.95 (a few divergences at the default 0.8).
+    The model and data of ``benchmarks/models.py``."""
+    return models.eight_schools()
 
 
 def eight_schools_noncentered_expand():

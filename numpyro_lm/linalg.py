@@ -84,26 +84,22 @@ def _substitution_columns(a, b, lower: bool):
     return jax.vmap(lambda col: _substitution(a, col, lower), in_axes=1, out_axes=1)(b)
 
 
-@custom_vmap
-def _solve_lower(a, b):
-    return _lapack_solve_triangular(a, b, lower=True)
+def _triangular_solver(lower: bool):
+    """LAPACK's triangular solve for one matrix, substitution loops under ``vmap``."""
+
+    @custom_vmap
+    def solve(a, b):
+        return _lapack_solve_triangular(a, b, lower=lower)
+
+    @solve.def_vmap
+    def solve_batched(axis_size, in_batched, a, b):
+        a, b = _batched((a, b), in_batched, axis_size)
+        return jax.vmap(lambda m, v: _substitution_columns(m, v, lower))(a, b), True
+
+    return solve
 
 
-@_solve_lower.def_vmap
-def _solve_lower_batched(axis_size, in_batched, a, b):
-    a, b = _batched((a, b), in_batched, axis_size)
-    return jax.vmap(lambda m, v: _substitution_columns(m, v, True))(a, b), True
-
-
-@custom_vmap
-def _solve_upper(a, b):
-    return _lapack_solve_triangular(a, b, lower=False)
-
-
-@_solve_upper.def_vmap
-def _solve_upper_batched(axis_size, in_batched, a, b):
-    a, b = _batched((a, b), in_batched, axis_size)
-    return jax.vmap(lambda m, v: _substitution_columns(m, v, False))(a, b), True
+_solve_lower, _solve_upper = _triangular_solver(True), _triangular_solver(False)
 
 
 def solve_triangular(a, b, lower: bool):
