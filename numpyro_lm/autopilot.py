@@ -88,10 +88,6 @@ def moment_fit(info, fitted: JointFit, flat, log_weights, args, kwargs) -> Joint
     return JointFit(new, params, None, finite)
 
 
-def _moment_program(info, fitted, flat, log_weights, args, kwargs):
-    return moment_fit(info, fitted, flat, log_weights, args, kwargs)
-
-
 def _attempt(name: str, result, seconds: float) -> Attempt:
     verdict = result.verdicts()[0]
     khat = float(result.weights()[2].khat)
@@ -170,7 +166,7 @@ def _psis_result(source: JointResult, key, compiler_options, num_samples: int) -
     (an honest verdict: not the draws the moments were estimated from)."""
     flat = source.draws(source.num_diagnostic_samples)[1]
     log_weights = jnp.asarray(source.weights()[2].log_weights, flat.dtype)
-    fitted = program(_moment_program, source.info, compiler_options=compiler_options)(
+    fitted = program(moment_fit, source.info, compiler_options=compiler_options)(
         (source.fit, flat, log_weights), source.args, source.kwargs)
     return JointResult(source.info, source.options, source.args, source.kwargs, key, key, fitted, num_samples,
                        compiler_options)
