@@ -153,15 +153,16 @@ class Result:
         return self._weights[n]
 
     def get_samples(self, num_samples=None, group_by_chain=False, resample=None, rng_key=None) -> dict:
-        samples = self.unpad(self.draws(num_samples)[0])
         if resample is not None:
-            samples = self._resample(samples, num_samples, resample, rng_key)
+            samples = self._resample(num_samples, resample, rng_key)
+        else:
+            samples = self.unpad(self.draws(num_samples)[0])
         if group_by_chain:
             axis = 0 if self.batch is None else 1
             samples = jax.tree.map(lambda x: jax.numpy.expand_dims(x, axis), samples)
         return samples
 
-    def _resample(self, samples, num_samples, method, rng_key):
+    def _resample(self, num_samples, method, rng_key):
         if method != "psis":
             raise ValueError(f'resample must be None or "psis", not {method!r}')
         weights = self.weights()[2]
