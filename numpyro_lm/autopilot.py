@@ -39,7 +39,7 @@ from .curvature import DenseCurvature
 from .fit import FitOptions, JointFit
 from .joint import JointResult, run_joint
 from .laplace import LaplaceState
-from .marginals import matched_params
+from .marginals import finite_params, matched_params
 from .nested import run_nested
 from .nested.fit import hyper_sites
 from .programs import program
@@ -84,7 +84,7 @@ def moment_fit(info, fitted: JointFit, flat, log_weights, args, kwargs) -> Joint
     state = fitted.state
     new = LaplaceState(mean, DenseCurvature.from_covariance(cov), state.log_density, state.info)
     params = matched_params(info.layout, new.gaussian)
-    finite = {site: jnp.all(jnp.stack([jnp.all(jnp.isfinite(v)) for v in p.values()])) for site, p in params.items()}
+    finite = finite_params(params)
     return JointFit(new, params, None, finite)
 
 

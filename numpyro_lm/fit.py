@@ -29,7 +29,7 @@ from numpyro.infer.initialization import init_to_uniform, init_to_value
 from .copula import copula_draws, copula_log_density
 from .curvature import Gaussian
 from .laplace import LaplaceState, laplace_finish, laplace_init, laplace_update
-from .marginals import matched_params
+from .marginals import finite_params, matched_params
 from .model import ModelInfo
 from .optimize import NewtonState, default_tol, newton_many
 from .programs import merge_inputs
@@ -150,7 +150,7 @@ def finish(info: ModelInfo, options: FitOptions, state: NewtonState, rng_key, ar
             gtol=jnp.sqrt(options.tolerance(state.x.dtype)),
         )
     params = matched_params(info.layout, laplace_state.gaussian)
-    finite = {site: jnp.all(jnp.stack([jnp.all(jnp.isfinite(v)) for v in p.values()])) for site, p in params.items()}
+    finite = finite_params(params)
     return JointFit(laplace_state, params, refinement, finite)
 
 

@@ -9,13 +9,14 @@ cov (..., d, d))`` with one block per batch entry.
 
 from __future__ import annotations
 
+import jax.numpy as jnp
 import numpy as np
 
 from .curvature import Gaussian
 from .families import MatchedFamily, get_family
 from .trace import Layout, SiteSpec
 
-__all__ = ["is_elementwise", "site_marginal", "matched_params"]
+__all__ = ["is_elementwise", "site_marginal", "matched_params", "finite_params"]
 
 
 def is_elementwise(site: SiteSpec, family: MatchedFamily) -> bool:
@@ -41,3 +42,8 @@ def matched_params(layout: Layout, gaussian: Gaussian) -> dict:
         family = get_family(site.family, site.basis)
         out[site.name] = family.from_gaussian(*site_marginal(site, family, gaussian))
     return out
+
+
+def finite_params(params: dict) -> dict:
+    """``{site: whether every matched parameter of the site is finite}`` (device booleans)."""
+    return {site: jnp.all(jnp.stack([jnp.all(jnp.isfinite(v)) for v in p.values()])) for site, p in params.items()}

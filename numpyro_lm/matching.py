@@ -148,13 +148,14 @@ class LaplaceMatching:
             result = run_joint(info, self._options(info), rng_key, args, kwargs, init_params, **common)
         result.trail = trail
         previous, self._result = self._result, result  # only a fit that passed its checks replaces the last one
-        if self.fallback == "nuts" and not result.diagnostics()["trusted"]:
+        diagnostics = result.diagnostics()
+        if self.fallback == "nuts" and not diagnostics["trusted"]:
             try:
                 self._result = run_fallback(self, result, rng_key, args, kwargs)
             except BaseException:
                 self._result = previous  # a failed call leaves the object as it was
                 raise
-        diagnostics = self._result.diagnostics()
+            diagnostics = self._result.diagnostics()
         if not diagnostics["trusted"]:  # silence is not an answer
             warnings.warn(f"LaplaceMatching: {diagnostics['verdict']}", NotTrustedWarning, stacklevel=2)
         return self

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 from ..curvature import DenseCurvature, Gaussian
 from ..errors import FitChecks, check_fit
 from ..fit import FitOptions, constrained, initial_point, log_densities
-from ..marginals import matched_params
+from ..marginals import finite_params, matched_params
 from ..programs import program
 from ..random import host_generator
 from ..result import Result
@@ -88,7 +88,7 @@ def _match(info, mean, cov, args, kwargs):
     """The mixture's Gaussian in the basis and each site's matched family."""
     gaussian = Gaussian(mean, DenseCurvature.from_covariance(cov))
     params = matched_params(info.layout, gaussian)
-    finite = {site: jnp.all(jnp.stack([jnp.all(jnp.isfinite(v)) for v in p.values()])) for site, p in params.items()}
+    finite = finite_params(params)
     return gaussian, params, finite, gaussian.curvature.positive()
 
 
