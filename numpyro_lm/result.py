@@ -240,16 +240,23 @@ class Result:
                 self.call(_spectrum_range, (), (self.gaussian,)))))
         return self._spectrum
 
+    def condition_numbers(self):
+        """The curvature's condition number per data set (``inf`` where it is not positive definite)."""
+        low, high = self.spectrum_range()
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(low > 0, high / low, np.inf)
+
     def verdicts(self) -> list:
         """One :class:`~numpyro_lm.verdict.Verdict` per data set (:mod:`numpyro_lm.verdict`), computed once."""
         if self._verdicts is None:
             fit = self._fit_diagnostics()
-            low, high = self.spectrum_range()
+            condition = self.condition_numbers()
             weights = self.weights()[2]
             rows = [weights] if self.batch is None else weights
             samples = jax.device_get(self.unpad(self.draws(self.num_diagnostic_samples)[0]))
-            mean = np.asarray(jax.device_get(self.unpad(self.gaussian.mean)), np.float64).reshape(len(rows), -1)
-            eps = float(np.finfo(np.asarray(jax.device_get(self.gaussian.mean)).dtype).eps)
+            mean = np.asarray(jax.device_get(self.unpad(self.gaussian.mean)))
+            eps = float(np.finfo(mean.dtype).eps)
+            mean = mean.astype(np.float64).reshape(len(rows), -1)
             edges = [s for s in self.info.layout.sites if s.basis in ("log", "logit")]
             verdicts = []
             for i, w in enumerate(rows):
@@ -258,12 +265,10 @@ class Result:
                     x = np.asarray(samples[site.name] if self.batch is None else samples[site.name][i])
                     shift[site.name] = float(np.max(importance_shift(x, w.log_weights), initial=0.0))
                 edge = [s.name for s in edges if np.any(np.abs(mean[i, s.offset:s.offset + s.size]) > EDGE)]
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    condition = high[i] / low[i] if low[i] > 0 else np.inf
                 verdicts.append(judge(w.khat, len(w.log_weights), w.ess, shift,
                                       converged=bool(np.atleast_1d(fit["converged"])[i]),
                                       positive=bool(np.atleast_1d(fit["positive_definite"])[i]),
-                                      condition=condition, precision_eps=eps, edge_sites=edge,
+                                      condition=float(condition[i]), precision_eps=eps, edge_sites=edge,
                                       structure=self.structure_reasons(i)))
             self._verdicts = verdicts
         return self._verdicts
@@ -281,8 +286,7 @@ class Result:
         def each(values):
             return values[0] if self.batch is None else values
 
-        with np.errstate(divide="ignore", invalid="ignore"):
-            condition = np.where(low > 0, high / low, np.inf)
+        condition = self.condition_numbers()
         return {
             **self._fit_diagnostics(),
             "trusted": per_row([v.trusted for v in verdicts]),
