@@ -14,11 +14,18 @@ For each model of ``benchmarks/suite.py``:
   the reference); LM's ``diagnostics()``: ``pareto_k``, ``trusted`` and ``trail`` ("-"
   where the key does not exist).
 
+Each model runs in a fresh Python process (after a throwaway NUTS run and LM fit of a toy
+model, so neither side pays JAX's start-up): JAX keeps compiled programs for the life of a
+process, and a model run after a similar one would otherwise start partly compiled (seen:
+NUTS's "cold" run of the second eight-schools variant 1.5 s instead of 3.6 s).
+
 ``python benchmarks/trust.py [name ...]`` prints the table and, for a run over the whole
 suite, writes it to ``benchmarks/results/trust.md``.
 """
 
+import json
 import os
+import subprocess
 import sys
 import time
 import warnings
@@ -89,17 +96,27 @@ def run_nuts(model, args, kwargs) -> dict:
 
 
 def assess(name: str) -> dict:
+    """One model, in this process: LM and NUTS against the reference (JSON-able: no draws)."""
     model, args, kwargs = SUITE[name]()
     ref = load_reference(name)
     lm, nuts = run_lm(model, args, kwargs), run_nuts(model, args, kwargs)
-    nuts["worst"] = worst(w1_over_sd(nuts["draws"], ref))
+    nuts["worst"] = worst(w1_over_sd(nuts.pop("draws"), ref))
     if "draws" in lm:
         try:
-            lm["worst"] = worst(w1_over_sd(lm["draws"], ref))
+            lm["worst"] = worst(w1_over_sd(lm.pop("draws"), ref))
         except Exception as e:  # noqa: BLE001 - e.g. a latent site missing from the draws
             lm["error"] = f"scoring its draws raised {type(e).__name__}: {e}"
     return {"name": name, "dim": reference_metadata(name)["dim"], "floor": worst(w1_over_sd(*halves(ref)))[2],
             "lm": lm, "nuts": nuts}
+
+
+def assess_fresh(name: str) -> dict:
+    """:func:`assess` in a fresh Python process (module docstring)."""
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", name], capture_output=True, text=True)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    if out.returncode != 0 or not lines:
+        raise RuntimeError(f"benchmarks/trust.py --one {name} failed:\n{out.stderr[-3000:]}")
+    return json.loads(lines[-1])
 
 
 def row(r) -> str:
@@ -151,7 +168,6 @@ def warm_up_jax():
 
 
 def main(names):
-    warm_up_jax()
     lines = [
         f"jax {jax.__version__}, x64={jax.config.jax_enable_x64}, {jax.devices()[0].platform} "
         f"({os.cpu_count()} cores). "
@@ -165,7 +181,7 @@ def main(names):
     print("\n".join(lines), flush=True)
     results = []
     for name in names:
-        results.append(assess(name))
+        results.append(assess_fresh(name))
         lines.append(row(results[-1]))
         print(lines[-1], flush=True)
     tail = summary(results)
@@ -175,5 +191,19 @@ def main(names):
         write_results("trust", "\n".join(lines), "trust.md")
 
 
+def jsonable(x):
+    if isinstance(x, dict):
+        return {k: jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, (np.generic, np.ndarray)):
+        return x.tolist()
+    return x
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:] or list(SUITE))
+    if sys.argv[1:2] == ["--one"]:
+        warm_up_jax()
+        print(json.dumps(jsonable(assess(sys.argv[2]))), flush=True)
+    else:
+        main(sys.argv[1:] or list(SUITE))

@@ -18,6 +18,10 @@ first candidate whose verdict (:mod:`numpyro_lm.verdict`) is *trusted*:
    ``"eig"``: mean and covariance eigenvalues against a fixed-draw evidence lower bound);
    not among the :data:`DEFAULT_CANDIDATES` yet (too slow for what it gained on the suite).
 
+Where a hyperparameter sets another latent site's prior (a hierarchical scale, a GP's
+kernel parameters: :func:`numpyro_lm.structure.hierarchical_hypers`), the joint mode is
+known to be the wrong summary and ``"nested"`` goes first, the others after it.
+
 The PSIS step is repeated once from its own fresh draws where they are reliable
 (adaptive importance sampling with the Gaussians in the LM basis).
 
@@ -43,6 +47,7 @@ from .marginals import finite_params, matched_params
 from .nested import run_nested
 from .nested.fit import hyper_sites
 from .programs import program
+from .structure import hierarchical_hypers
 
 __all__ = ["Attempt", "CANDIDATES", "DEFAULT_CANDIDATES", "moment_fit", "run_auto"]
 
@@ -123,8 +128,27 @@ def run_auto(info, options: FitOptions, rng_key, args, kwargs, init_params=None,
         results.append((attempt, result))
         return result
 
-    laplace = record("laplace", lambda: run_joint(info, options, rng_key, args, kwargs, init_params, **common))
-    if laplace is not None and trail[-1].trusted:
+    def attempt(name, make):
+        """Try a candidate: ``(its result or None where it raised, trusted)``."""
+        result = record(name, make)
+        return result, result is not None and trail[-1].trusted
+
+    def nested():
+        return attempt("nested", lambda: run_nested(info, options, hyper, rng_key, args, kwargs, init_params,
+                                                    **common))
+
+    hyper = _hyper(info)
+    nested_left = "nested" in candidates and hyper is not None
+    if nested_left and hierarchical_hypers(info.parents, hyper):
+        # a hyperparameter sets another latent site's prior: the joint mode is the wrong
+        # summary there (numpyro_lm.structure), so the nested fit goes first
+        nested_left = False
+        result, ok = nested()
+        if ok:
+            return result, trail
+
+    laplace, ok = attempt("laplace", lambda: run_joint(info, options, rng_key, args, kwargs, init_params, **common))
+    if ok:
         return laplace, trail
 
     # PSIS moments, twice at most: the second from the first one's fresh draws (adaptive
@@ -133,22 +157,21 @@ def run_auto(info, options: FitOptions, rng_key, args, kwargs, init_params=None,
     for step in range(PSIS_STEPS if "psis" in candidates else 0):
         if source is None or not _reweighting_reliable(source, info.size):
             break
-        source = record("psis", lambda s=source, k=step: _psis_result(s, jax.random.fold_in(rng_key, 5 + k),
-                                                                       compiler_options, num_samples))
-        if trail[-1].trusted:
-            return results[-1][1], trail
+        source, ok = attempt("psis", lambda s=source, k=step: _psis_result(s, jax.random.fold_in(rng_key, 5 + k),
+                                                                            compiler_options, num_samples))
+        if ok:
+            return source, trail
 
-    hyper = _hyper(info)
-    if "nested" in candidates and hyper is not None:
-        record("nested", lambda: run_nested(info, options, hyper, rng_key, args, kwargs, init_params, **common))
-        if trail[-1].trusted:
-            return results[-1][1], trail
+    if nested_left:
+        result, ok = nested()
+        if ok:
+            return result, trail
 
     if "refine" in candidates and laplace is not None:
         refined = options._replace(**REFINE)
-        record("refine", lambda: run_joint(info, refined, rng_key, args, kwargs, init_params, **common))
-        if trail[-1].trusted:
-            return results[-1][1], trail
+        result, ok = attempt("refine", lambda: run_joint(info, refined, rng_key, args, kwargs, init_params, **common))
+        if ok:
+            return result, trail
 
     if not results:
         raise first_error

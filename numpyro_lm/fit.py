@@ -12,8 +12,9 @@ compiles (and vmaps over data sets for ``run_many``):
 3. :func:`draw`: joint draws through the Gaussian copula (:mod:`numpyro_lm.copula`),
    mapped to the model's sites; :func:`weigh`: ``log p`` and ``log q`` of draws, for PSIS.
 
-:func:`fit` runs 1 and 2 in one go, :func:`fit_and_draw` all three (one compilation for
-the common case). Keys: the init strategy uses ``fold_in(key, 0)``, the
+:func:`fit` runs 1 and 2 in one program (the common case: the search converges within the
+first chunk); the draws are a program of their own, which every Gaussian of the same shapes
+reuses (the PSIS candidate's). Keys: the init strategy uses ``fold_in(key, 0)``, the
 draws ``fold_in(key, 1)``, the refinement ``fold_in(key, 2)``.
 """
 
@@ -35,7 +36,7 @@ from .optimize import NewtonState, default_tol, newton_many
 from .programs import merge_inputs
 from .refine import Refinement, refine
 
-__all__ = ["FitOptions", "Starts", "JointFit", "initial_point", "start", "resume", "finish", "fit", "fit_and_draw", "fit_many", "draw", "weigh", "log_densities", "constrained"]
+__all__ = ["FitOptions", "Starts", "JointFit", "initial_point", "start", "resume", "finish", "fit", "fit_many", "draw", "weigh", "log_densities", "constrained"]
 
 
 class FitOptions(NamedTuple):
@@ -159,17 +160,6 @@ def fit(info: ModelInfo, options: FitOptions, at_origin: bool, until: int, rng_k
     program (the fit is final when the search converged or stalled within ``until`` evaluations)."""
     state, starts = start(info, options, at_origin, until, rng_key, init_params, args, kwargs)
     return state, finish(info, options, state, rng_key, args, kwargs), starts
-
-
-def fit_and_draw(info: ModelInfo, options: FitOptions, at_origin: bool, until: int, num_samples: int, rng_key,
-                 init_params, args, kwargs):
-    """:func:`fit` and :func:`draw` in one program: ``(NewtonState, JointFit, (samples, flat), Starts)``.
-
-    One compilation for the common case of one data set (a fit whose search converged
-    within ``until`` evaluations, and its draws); the draws are discarded otherwise.
-    """
-    state, fitted, starts = fit(info, options, at_origin, until, rng_key, init_params, args, kwargs)
-    return state, fitted, draw(info, num_samples, rng_key, fitted.gaussian, fitted.params, args, kwargs), starts
 
 
 def fit_many(info: ModelInfo, options: FitOptions, at_origin: bool, block: int, axes: tuple, input_key,

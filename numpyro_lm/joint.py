@@ -24,7 +24,7 @@ from .errors import FitChecks, check_fit, convergence_warning, fit_error
 from .fit import FitOptions, JointFit
 from .optimize import running
 from .programs import program
-from .result import Result, diagnostic_samples
+from .result import Result
 from .verdict import distinct_modes
 
 __all__ = ["JointResult", "run_joint"]
@@ -151,12 +151,12 @@ def run_joint(info, options: FitOptions, rng_key, args, kwargs, init_params=None
 
     chunk = min(options.max_iter, CHUNK if info.size <= 500 else 5)
     at_origin = options.init_strategy is None and init_params is None
-    # one data set: its draws in the same program (one compilation); a batch: its searches
-    # in one program to the end (no progress bar), its draws on request (B x num_samples x D
-    # draws need not fit in memory)
-    num_drawn = diagnostic_samples(num_samples, info.size)  # get_samples' draws are the first num_samples
+    # one data set: the search's first chunk and the fit in one program, the draws in
+    # another (which the PSIS candidate's fit reuses); a batch: its searches in one program
+    # to the end (no progress bar), its draws on request (B x num_samples x D draws need not
+    # fit in memory)
     if batch is None:
-        fit_fn, static = joint_fit.fit_and_draw, (chunk, num_drawn)
+        fit_fn, static = joint_fit.fit, (chunk,)
     else:
         local = batch.padded // (1 if mesh is None else mesh.devices.size)
         fit_fn, static = joint_fit.fit_many, (max(8, local // 16),)  # stragglers' block: 1/16 of the batch
@@ -169,8 +169,8 @@ def run_joint(info, options: FitOptions, rng_key, args, kwargs, init_params=None
             retry = prog(fit_fn, info, options, False, *static)((keys, init_params), args, kwargs)
             out = retry if finite.ndim == 0 else _select(jnp.asarray(finite), out, retry)
             flags, checked = _fetch(out)
-    state, fitted, draws = out[0], out[1], (out[2] if batch is None else None)
-    starts = jax.device_get(out[3]) if batch is None and out[3] is not None else None
+    state, fitted = out[0], out[1]
+    starts = jax.device_get(out[2]) if batch is None and out[2] is not None else None
 
     if batch is None and running(flags, options.max_iter):
         with tqdm(total=options.max_iter, initial=int(flags.num_iter), desc="LaplaceMatching mode search",
@@ -180,12 +180,10 @@ def run_joint(info, options: FitOptions, rng_key, args, kwargs, init_params=None
                 flags = jax.device_get(_search(state))
                 bar.update(int(flags.num_iter) - bar.n)
                 bar.set_postfix(step_sd=f"{float(flags.decrement):.2e}")
-        fitted, draws = prog(joint_fit.finish, info, options)((state, keys), args, kwargs), None
+        fitted = prog(joint_fit.finish, info, options)((state, keys), args, kwargs)
         checked = jax.device_get((fitted.state.info, fitted.finite_params))
     result = JointResult(info, options, args, kwargs, rng_key, keys, fitted, num_samples, compiler_options, batch)
     result.starts = starts
-    if draws is not None:
-        result._draws[num_drawn] = draws
     _check(result, checked, on_failure)
     return result
 

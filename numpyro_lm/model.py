@@ -7,7 +7,8 @@ of a flat basis vector ``y`` given the model's arguments:
 
 - :meth:`ModelInfo.log_density`: :math:`\\log p(x(y), \\text{data}) + \\log|\\det \\partial x/\\partial y|`;
 - :meth:`ModelInfo.constrain`: the latent and deterministic sites' values at ``y``;
-- :meth:`ModelInfo.init`: the basis coordinates of a numpyro init strategy's point.
+- :meth:`ModelInfo.init`: the basis coordinates of a numpyro init strategy's point;
+- :attr:`ModelInfo.parents`: which latent sites each latent site's prior depends on.
 
 Everything downstream (the fit, nested Laplace, refinement, the NUTS and elliptical slice
 adapters, the ArviZ export) works from a ``ModelInfo``; being hashable, it keys compiled
@@ -27,6 +28,7 @@ from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.util import log_density
 
 from .families import get_family
+from .structure import prior_parents
 from .trace import Layout, SiteChoice, basis_value, ravel, site_transform, trace_sites, unravel
 
 __all__ = ["ModelInfo", "model_info"]
@@ -42,6 +44,7 @@ class ModelInfo(NamedTuple):
     model: Callable
     layout: Layout
     choice: SiteChoice
+    parents: Optional[tuple] = None  # each latent site's prior's latent parents (structure.prior_parents)
 
     @property
     def size(self) -> int:
@@ -131,4 +134,5 @@ def model_info(model: Callable, model_args=(), model_kwargs: Optional[dict] = No
     choice = SiteChoice.of(bases, families)
     key = jax.random.PRNGKey(0) if rng_key is None else rng_key
     layout = trace_sites(model, tuple(model_args), dict(model_kwargs or {}), choice, init_strategy, key)
-    return ModelInfo(model, layout, choice)
+    parents = prior_parents(model, model_args, model_kwargs, [s.name for s in layout.sites])
+    return ModelInfo(model, layout, choice, parents)

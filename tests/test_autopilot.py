@@ -10,7 +10,7 @@ import numpyro.distributions as dist
 import pytest
 from scipy import stats
 
-from numpyro_lm import LaplaceMatching, NotPositiveDefiniteError, NotTrustedWarning
+from numpyro_lm import LaplaceMatching, NotPositiveDefiniteError, NotTrustedWarning, autopilot
 
 KEY = jax.random.PRNGKey(0)
 
@@ -80,9 +80,20 @@ SIGMA = jnp.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
 YS = jnp.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
 
 
-def test_a_joint_fit_that_fails_moves_on(x32):
+def test_a_hierarchical_scale_goes_to_nested_laplace_first(x32):
+    # tau sets theta's prior: the joint mode is the wrong summary (here it does not even
+    # exist: the search runs into the funnel's neck), so the structure sends it to nested
     with pytest.raises(NotPositiveDefiniteError, match="not finite"):
         LaplaceMatching(funnel, strategy="laplace").run(KEY, SIGMA, YS)
+    lm = LaplaceMatching(funnel).run(KEY, SIGMA, YS)
+    d = lm.diagnostics()
+    assert [(a["candidate"], a["trusted"]) for a in d["trail"]] == [("nested", True)]
+    assert d["hyper"] == ["tau"]
+
+
+def test_a_joint_fit_that_fails_moves_on(x32, monkeypatch):
+    # without the structural shortcut the joint fit is tried first, fails, and is recorded
+    monkeypatch.setattr(autopilot, "hierarchical_hypers", lambda parents, hyper: [])
     lm = LaplaceMatching(funnel).run(KEY, SIGMA, YS)
     d = lm.diagnostics()
     assert d["trail"][0]["candidate"] == "laplace" and "not finite" in d["trail"][0]["reasons"][0]

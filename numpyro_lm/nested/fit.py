@@ -213,7 +213,8 @@ def run_nested(info, options: FitOptions, hyper, rng_key, args, kwargs, init_par
     # through each design point's matched family
     mean_all, cov_all = mixture_moments(design, size)
     result = NestedResult(info, args, kwargs, rng_key, hyper, design, search, num_samples, compiler_options)
-    flat = np.asarray(result.draws()[1], np.float64)
+    # the verdict's draws (get_samples' are their first num_samples: one program to compile)
+    flat = np.asarray(result.draws(result.num_diagnostic_samples)[1], np.float64)
     mean_all[mapped] = flat[:, mapped].mean(0)
     cov_draws = np.cov(flat.T).reshape(size, size)
     cov_all[mapped, :] = cov_draws[mapped, :]
