@@ -1,26 +1,27 @@
 r"""The auto-pilot: the cheapest approximation whose verdict passes, with the trail that led there.
 
-``LaplaceMatching(model)`` (``strategy="auto"``) tries, in order of cost, and stops at the
-first candidate whose verdict (:mod:`numpyro_lm.verdict`) is *trusted*:
+``LaplaceMatching(model)`` (``strategy="auto"``) tries these candidates and stops at the
+first whose verdict (:mod:`numpyro_lm.verdict`) is *trusted*:
 
-1. ``"laplace"``: the joint Laplace Matching fit (:func:`numpyro_lm.joint.run_joint`).
-2. ``"psis"``: the Gaussian whose mean and covariance in the LM basis are the Pareto
+1. ``"nested"``, where the model has hyperparameters: nested Laplace over them
+   (:mod:`numpyro_lm.nested`; :func:`numpyro_lm.nested.fit.hyper_sites` finds them from
+   the model's dependency structure, :mod:`numpyro_lm.structure`: global scales and shapes
+   that set another latent site's prior or enter a likelihood with other latent sites).
+   Over hyperparameters the joint mode is the wrong summary (a hierarchical scale's joint
+   mode is dragged towards zero, a noise scale's is offset from its marginal mode), and
+   on the trust suite the nested fit was also faster than the joint fit and the PSIS steps
+   that tried to repair it (fewer candidates tried, fewer programs compiled).
+2. ``"laplace"``: the joint Laplace Matching fit (:func:`numpyro_lm.joint.run_joint`):
+   first where there are no hyperparameters.
+3. ``"psis"``: the Gaussian whose mean and covariance in the LM basis are the Pareto
    smoothed importance-weighted moments of the Laplace draws (tried where those weights
    are reliable: k-hat at most the threshold and an importance ESS of at least
    ``20 D``). Moment matching minimises :math:`\mathrm{KL}(p\,\|\,q)` within the
-   Gaussians, the direction that gets marginals right (a noise scale's joint-vs-marginal
-   offset); each site's matched family follows from it as from a Laplace fit. Its own
-   fresh draws and weights give its verdict.
-3. ``"nested"``: nested Laplace over the model's hyperparameters
-   (:mod:`numpyro_lm.nested`), where :func:`numpyro_lm.nested.fit.hyper_sites` finds them
-   (global scales and shapes: where a joint fit fails, it is usually over these).
+   Gaussians, the direction that gets marginals right; each site's matched family follows
+   from it as from a Laplace fit. Its own fresh draws and weights give its verdict.
 4. ``"refine"``: MVI refinement of the Laplace Gaussian (:mod:`numpyro_lm.refine`,
    ``"eig"``: mean and covariance eigenvalues against a fixed-draw evidence lower bound);
    not among the :data:`DEFAULT_CANDIDATES` yet (too slow for what it gained on the suite).
-
-Where a hyperparameter sets another latent site's prior (a hierarchical scale, a GP's
-kernel parameters: :func:`numpyro_lm.structure.hierarchical_hypers`), the joint mode is
-known to be the wrong summary and ``"nested"`` goes first, the others after it.
 
 The PSIS step is repeated once from its own fresh draws where they are reliable
 (adaptive importance sampling with the Gaussians in the LM basis).
@@ -47,12 +48,11 @@ from .marginals import finite_params, matched_params
 from .nested import run_nested
 from .nested.fit import hyper_sites
 from .programs import program
-from .structure import hierarchical_hypers
 
 __all__ = ["Attempt", "CANDIDATES", "DEFAULT_CANDIDATES", "moment_fit", "run_auto"]
 
-CANDIDATES = ("laplace", "psis", "nested", "refine")
-DEFAULT_CANDIDATES = ("laplace", "psis", "nested")
+CANDIDATES = ("nested", "laplace", "psis", "refine")
+DEFAULT_CANDIDATES = ("nested", "laplace", "psis")
 """What ``strategy="auto"`` tries: refinement waits until it costs about as much as a
 Laplace fit (on the trust suite it never won and cost up to 2 s)."""
 
@@ -138,11 +138,8 @@ def run_auto(info, options: FitOptions, rng_key, args, kwargs, init_params=None,
                                                     **common))
 
     hyper = _hyper(info)
-    nested_left = "nested" in candidates and hyper is not None
-    if nested_left and hierarchical_hypers(info.parents, hyper):
-        # a hyperparameter sets another latent site's prior: the joint mode is the wrong
-        # summary there (numpyro_lm.structure), so the nested fit goes first
-        nested_left = False
+    if "nested" in candidates and hyper is not None:
+        # over hyperparameters the joint mode is the wrong summary (numpyro_lm.structure)
         result, ok = nested()
         if ok:
             return result, trail
@@ -161,11 +158,6 @@ def run_auto(info, options: FitOptions, rng_key, args, kwargs, init_params=None,
                                                                             compiler_options, num_samples))
         if ok:
             return source, trail
-
-    if nested_left:
-        result, ok = nested()
-        if ok:
-            return result, trail
 
     if "refine" in candidates and laplace is not None:
         refined = options._replace(**REFINE)
@@ -198,6 +190,6 @@ def _psis_result(source: JointResult, key, compiler_options, num_samples: int) -
 def _hyper(info) -> Optional[list]:
     """The model's hyperparameter sites, or None where none are found."""
     try:
-        return hyper_sites(info.layout, "auto")
+        return hyper_sites(info.layout, "auto", info.parents)
     except ValueError:
         return None

@@ -8,7 +8,7 @@ of a flat basis vector ``y`` given the model's arguments:
 - :meth:`ModelInfo.log_density`: :math:`\\log p(x(y), \\text{data}) + \\log|\\det \\partial x/\\partial y|`;
 - :meth:`ModelInfo.constrain`: the latent and deterministic sites' values at ``y``;
 - :meth:`ModelInfo.init`: the basis coordinates of a numpyro init strategy's point;
-- :attr:`ModelInfo.parents`: which latent sites each latent site's prior depends on.
+- :attr:`ModelInfo.parents`: which latent sites each sample site's distribution depends on.
 
 Everything downstream (the fit, nested Laplace, refinement, the NUTS and elliptical slice
 adapters, the ArviZ export) works from a ``ModelInfo``; being hashable, it keys compiled
@@ -44,7 +44,7 @@ class ModelInfo(NamedTuple):
     model: Callable
     layout: Layout
     choice: SiteChoice
-    parents: Optional[tuple] = None  # each latent site's prior's latent parents (structure.prior_parents)
+    parents: Optional[tuple] = None  # each sample site's latent parents (structure.prior_parents)
 
     @property
     def size(self) -> int:
@@ -134,5 +134,5 @@ def model_info(model: Callable, model_args=(), model_kwargs: Optional[dict] = No
     choice = SiteChoice.of(bases, families)
     key = jax.random.PRNGKey(0) if rng_key is None else rng_key
     layout = trace_sites(model, tuple(model_args), dict(model_kwargs or {}), choice, init_strategy, key)
-    parents = prior_parents(model, model_args, model_kwargs, [s.name for s in layout.sites])
+    parents = prior_parents(model, model_args, model_kwargs)
     return ModelInfo(model, layout, choice, parents)

@@ -1,17 +1,22 @@
 r"""What a model's dependency structure says before anything is fitted.
 
 :func:`prior_parents` reads, with NumPyro's own provenance tracking
-(:func:`numpyro.infer.inspect.get_dependencies`), which latent sites each latent site's
-prior depends on. :func:`hierarchical_hypers` names the hyperparameters that set another
-latent site's prior (a hierarchical scale, a concentration, a GP kernel's lengthscale).
+(:func:`numpyro.infer.inspect.get_dependencies`), which latent sites each sample site's
+distribution depends on (latent sites' priors and observed sites' likelihoods).
+:func:`hyperparameters` picks from the candidate sites (global scales and shapes) those
+that act as hyperparameters: they set another latent site's prior (a hierarchical scale,
+a concentration, a GP kernel's lengthscale), or they enter a likelihood together with
+other latent coordinates (a noise scale, a degrees-of-freedom, the scale of a non-centred
+effect).
 
-Where such a hyperparameter exists the joint mode is known to be the wrong summary: the
-joint density carries the prior's normaliser of every child, e.g. :math:`\tau^{-J}` for
-:math:`J` children :math:`\theta_j \sim N(\mu, \tau)`, which drags the joint mode of
-:math:`\tau` towards zero (a funnel; the joint mode may not exist), while the marginal
-:math:`p(\tau\mid y)` integrates it out (MacKay 1999, "Comparison of approximate methods
-for handling hyperparameters"; Rue et al. 2009, INLA). The auto-pilot
-(:mod:`numpyro_lm.autopilot`) then starts with nested Laplace over the hyperparameters.
+Over such sites the joint mode is the wrong summary. The joint density carries the
+children's prior normaliser, e.g. :math:`\tau^{-J}` for :math:`J` children
+:math:`\theta_j \sim N(\mu, \tau)`, which drags the joint mode of :math:`\tau` towards
+zero (a funnel; the joint mode may not exist), and a noise scale's joint mode is offset
+from its marginal mode by the curvature of the coordinates it scales; the marginal
+:math:`p(\theta\mid y)` integrates them out (MacKay 1999, "Comparison of approximate
+methods for handling hyperparameters"; Rue et al. 2009, INLA). The auto-pilot
+(:mod:`numpyro_lm.autopilot`) therefore starts with nested Laplace over them.
 """
 
 from __future__ import annotations
@@ -24,13 +29,14 @@ from numpyro.infer.inspect import get_dependencies
 
 from .programs import merge_inputs, split_inputs
 
-__all__ = ["prior_parents", "hierarchical_hypers"]
+__all__ = ["prior_parents", "hyperparameters"]
 
 
-def prior_parents(model, args=(), kwargs=None, latent=None) -> Optional[tuple]:
-    """``((site, (parent, ...)), ...)``: for each latent site (``latent``: their names,
-    default all), the other latent sites its prior depends on, as a hashable tuple; ``None``
-    where the provenance cannot be traced (an operation NumPyro's tracker does not know).
+def prior_parents(model, args=(), kwargs=None) -> Optional[tuple]:
+    """``((site, (latent parent, ...)), ...)``: for each sample site (latent or observed;
+    deterministic sites are looked through), the other latent sites its distribution
+    depends on, as a hashable tuple; ``None`` where the provenance cannot be traced (a
+    model that needs its arguments' values, an operation NumPyro's tracker does not know).
 
     The model runs abstractly (``jax.eval_shape``: array arguments may be
     ``jax.ShapeDtypeStruct``); nothing is computed.
@@ -47,18 +53,23 @@ def prior_parents(model, args=(), kwargs=None, latent=None) -> Optional[tuple]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             jax.eval_shape(run, arrays)
-    except Exception:  # noqa: BLE001 - structure unknown: the auto-pilot keeps its default order
+    except Exception:  # noqa: BLE001 - structure unknown: the callers fall back on the sites alone
         return None
-    names = set(found) if latent is None else set(latent)
-    return tuple((site, tuple(sorted(p for p in parents if p != site and p in names)))
-                 for site, parents in found.items() if site in names)
+    return tuple((site, tuple(sorted(p for p in parents if p != site))) for site, parents in found.items())
 
 
-def hierarchical_hypers(parents: Optional[tuple], hyper) -> list:
-    """The sites of ``hyper`` on which the prior of another, non-hyperparameter latent site
-    depends (module docstring); empty where ``parents`` is ``None``."""
-    if not parents or not hyper:
-        return []
-    hyper = set(hyper)
-    upstream = {p for site, ps in parents if site not in hyper for p in ps}
-    return sorted(upstream & hyper)
+def hyperparameters(parents: Optional[tuple], latent, candidates) -> list:
+    """The sites of ``candidates`` that act as hyperparameters (module docstring): a parent
+    of a latent site outside ``candidates``, or a parent of an observed site (not in
+    ``latent``) that also depends on a latent site outside ``candidates``. ``parents`` is
+    :func:`prior_parents`'s; where it is ``None`` (structure unknown) every candidate is kept.
+    """
+    if parents is None:
+        return list(candidates)
+    pool, latent, chosen = set(candidates), set(latent), set()
+    for site, ps in parents:
+        if site in pool:
+            continue
+        if site in latent or any(p not in pool for p in ps):
+            chosen |= pool & set(ps)
+    return [c for c in candidates if c in chosen]

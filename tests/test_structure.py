@@ -7,7 +7,8 @@ import numpyro.distributions as dist
 import pytest
 
 from numpyro_lm.model import model_info
-from numpyro_lm.structure import hierarchical_hypers, prior_parents
+from numpyro_lm.nested import hyper_sites
+from numpyro_lm.structure import hyperparameters, prior_parents
 
 SIGMA = jnp.array([15.0, 10.0, 16.0, 11.0])
 Y = jnp.array([28.0, 8.0, -3.0, 7.0])
@@ -37,21 +38,36 @@ def latent_gp(x, y):  # the kernel's parameters set the latent function's prior
     numpyro.sample("y", dist.Bernoulli(logits=f), obs=y)
 
 
-def test_prior_parents_are_the_latent_sites_each_prior_depends_on():
-    parents = dict(prior_parents(centred, (SIGMA, Y), {}, ["mu", "tau", "theta"]))
-    assert parents == {"mu": (), "tau": (), "theta": ("mu", "tau")}  # the observed site is left out
+def rate_and_share(n, k):  # each global site is the only parameter of its likelihood
+    rate = numpyro.sample("rate", dist.Gamma(2.0, 1.0))
+    share = numpyro.sample("share", dist.Beta(1.0, 1.0))
+    numpyro.sample("n", dist.Poisson(rate), obs=n)
+    numpyro.sample("k", dist.Binomial(10, share), obs=k)
+
+
+def test_prior_parents_are_the_latent_sites_each_distribution_depends_on():
+    parents = dict(prior_parents(centred, (SIGMA, Y), {}))
+    assert parents == {"mu": (), "tau": (), "theta": ("mu", "tau"), "obs": ("theta",)}
     parents = dict(prior_parents(noncentred, (SIGMA, Y)))
-    assert parents["eta"] == () and parents["obs"] == ("eta", "mu", "tau")
+    assert parents["eta"] == () and parents["obs"] == ("eta", "mu", "tau")  # through the deterministic
 
 
-@pytest.mark.parametrize("model, args, hyper, expected", [
-    (centred, (SIGMA, Y), ["tau"], ["tau"]),
-    (noncentred, (SIGMA, Y), ["tau"], []),  # tau enters the likelihood only
-    (latent_gp, (jnp.linspace(0, 1, 5), jnp.array([0.0, 1, 1, 0, 1])), ["ls", "amp"], ["amp", "ls"]),
+@pytest.mark.parametrize("model, args, expected", [
+    (centred, (SIGMA, Y), ["tau"]),  # sets theta's prior
+    (noncentred, (SIGMA, Y), ["tau"]),  # enters the likelihood with eta
+    (latent_gp, (jnp.linspace(0, 1, 5), jnp.array([0.0, 1, 1, 0, 1])), ["ls", "amp"]),
+    (rate_and_share, (jnp.array(3.0), jnp.array(4.0)), []),  # conjugate parameters, no hyperparameter
 ])
-def test_hierarchical_hypers(model, args, hyper, expected):
-    info = model_info(model, args)  # ModelInfo carries the parents of its latent sites
-    assert hierarchical_hypers(info.parents, hyper) == expected
+def test_hyperparameters(model, args, expected):
+    info = model_info(model, args)  # ModelInfo carries the parents of its sites
+    names = [s.name for s in info.layout.sites]
+    candidates = [s.name for s in info.layout.sites if s.basis != "identity" and s.size <= 2]
+    assert hyperparameters(info.parents, names, candidates) == expected
+    if expected:
+        assert hyper_sites(info.layout, "auto", info.parents) == expected
+    else:
+        with pytest.raises(ValueError, match="candidates"):
+            hyper_sites(info.layout, "auto", info.parents)
 
 
 def test_unknown_structure_is_none_not_an_error():
@@ -60,4 +76,4 @@ def test_unknown_structure_is_none_not_an_error():
         numpyro.sample("a", dist.Normal(0.0, 1.0).expand([n]).to_event(1))
 
     assert prior_parents(concrete, (jnp.array([1.0, 2.0]),)) is None
-    assert hierarchical_hypers(None, ["a"]) == []
+    assert hyperparameters(None, ["a", "b"], ["a"]) == ["a"]  # unknown: the candidates as they are

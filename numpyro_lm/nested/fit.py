@@ -25,6 +25,7 @@ from ..fit import FitOptions, constrained, initial_point, log_densities
 from ..marginals import finite_params, matched_params
 from ..programs import program
 from ..random import host_generator
+from ..structure import hyperparameters
 from ..result import Result
 from .design import BATCH, MAX_CCD_DIM, NestedDesign, ccd_points, integrate
 from .inner import conditional_fit, matched_normaliser, mean_shift, point_params, quantile_sites, site_values
@@ -34,16 +35,20 @@ from .search import ModeSearch, NonFiniteStart, explore
 __all__ = ["NestedResult", "hyper_sites", "run_nested"]
 
 
-def hyper_sites(layout, hyper) -> list:
+def hyper_sites(layout, hyper, parents=None) -> list:
     """The hyperparameter sites: the names given, or for ``"auto"`` the model's global scales
-    and shapes, found from the sites themselves (plates or not): the constrained sites
-    (positive, interval, ... : not a real-valued location) of at most two coordinates each
-    that lie outside every plate, at most ten coordinates in all, with at least one latent
-    coordinate left for the conditional fits. Noise scales of a likelihood, prior scales of
-    other latent sites (hierarchical or non-centred), kernel hyperparameters and shape
-    parameters (degrees of freedom, concentrations) are such sites; locations and
-    regression coefficients are left to the conditional Laplace step, where they are
-    Gaussian given the hyperparameters in linear models.
+    and shapes. Candidates are the constrained sites (positive, interval, ... : not a
+    real-valued location) of at most two coordinates each that lie outside every plate;
+    of these, where the model's dependency structure ``parents`` is known
+    (:attr:`~numpyro_lm.model.ModelInfo.parents`), those that set another latent site's
+    prior or enter a likelihood with other latent coordinates
+    (:func:`numpyro_lm.structure.hyperparameters`); at most ten coordinates in all, with
+    at least one latent coordinate left for the conditional fits. Noise scales of a
+    likelihood, prior scales of other latent sites (hierarchical or non-centred, with or
+    without plates), kernel hyperparameters and shape parameters (degrees of freedom,
+    concentrations) are such sites; locations and regression coefficients are left to the
+    conditional Laplace step, where they are Gaussian given the hyperparameters in linear
+    models. A Poisson rate that is the only parameter of its likelihood is not.
     """
     names = [s.name for s in layout.sites]
     if hyper != "auto":
@@ -51,13 +56,15 @@ def hyper_sites(layout, hyper) -> list:
         if unknown:
             raise ValueError(f"hyper names {unknown}, which are not latent sites; the latent sites are {names}")
         return list(hyper)
-    chosen = [s.name for s in layout.sites if not s.plates and s.size <= 2 and s.basis != "identity"]
+    candidates = [s.name for s in layout.sites if not s.plates and s.size <= 2 and s.basis != "identity"]
+    chosen = hyperparameters(parents, names, candidates)
     size = sum(layout.site(n).size for n in chosen)
     if not chosen or size > MAX_CCD_DIM or size == layout.size:
         raise ValueError(
             'hyper="auto" looks for global constrained sites of at most two coordinates each (scales, '
-            f"shapes), at most {MAX_CCD_DIM} coordinates in all and not every latent site; it found {chosen} "
-            f"({size} of {layout.size} coordinates). Name them: hyper=[...]."
+            "shapes) that set another latent site's prior or enter a likelihood with other latent sites, at "
+            f"most {MAX_CCD_DIM} coordinates in all and not every latent site; it found {chosen} "
+            f"({size} of {layout.size} coordinates) among the candidates {candidates}. Name them: hyper=[...]."
         )
     return chosen
 
@@ -150,7 +157,7 @@ def run_nested(info, options: FitOptions, hyper, rng_key, args, kwargs, init_par
                compiler_options, progress_bar: bool = True) -> NestedResult:
     """The nested Laplace fit over the ``hyper`` sites (module docstring), checked."""
     layout = info.layout
-    hyper = hyper_sites(layout, hyper)
+    hyper = hyper_sites(layout, hyper, info.parents)
     coords = {s.name: np.arange(s.offset, s.offset + s.size) for s in layout.sites}
     theta_index = np.concatenate([coords[s.name] for s in layout.sites if s.name in hyper])
     x_index = np.concatenate([coords[s.name] for s in layout.sites if s.name not in hyper] or [np.zeros(0, int)])
