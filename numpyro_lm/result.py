@@ -129,9 +129,11 @@ class Result:
             raise ValueError(f"num_samples must be positive, not {n}")
         if n not in self._draws:
             larger = [m for m in self._draws if m > n]
-            if larger:  # the first n of more draws (iid draws; the copula's are prefix-stable)
-                axis = 0 if self.batch is None else 1
-                self._draws[n] = jax.tree.map(lambda x: jax.lax.slice_in_dim(x, 0, n, axis=axis),
+            if larger and self.batch is None:  # the first n of more draws (iid; the copula's are prefix-stable)
+                # sliced on the host: an eager slice compiles a program per site's shape
+                self._draws[n] = jax.device_put(jax.tree.map(lambda x: np.asarray(x)[:n], self._draws[min(larger)]))
+            elif larger:  # a batch's draws stay where they are (sharded)
+                self._draws[n] = jax.tree.map(lambda x: jax.lax.slice_in_dim(x, 0, n, axis=1),
                                               self._draws[min(larger)])
             else:
                 self._draws[n] = self._new_draws(n)
