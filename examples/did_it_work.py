@@ -4,8 +4,8 @@
    is small, and LM's draws can be used as they are.
 2. Eight schools (non-centred): the joint mode puts the group scale ``tau`` far from the
    bulk of its posterior. The joint fit alone (``strategy="laplace"``) says so (k-hat above
-   0.7, not trusted, with a warning); the default call moves on to nested Laplace over
-   ``tau`` and is trusted. Both are compared with NUTS; the overlaid marginals are saved
+   0.7, not trusted, with a warning); the default call sees from the model that ``tau``
+   is a hyperparameter, starts with nested Laplace over it and is trusted. Both are compared with NUTS; the overlaid marginals are saved
    to ``examples/output/eight_schools_marginals.png``.
 
 Run with ``.venv/bin/python examples/did_it_work.py``.

@@ -180,8 +180,9 @@ def verdict_sentence(verdict: Verdict, khat: float, ess: float) -> str:
     if verdict.trusted:
         worst = max(verdict.shift.values(), default=0.0)
         k = "-inf (the approximation is exact up to rounding)" if khat == -np.inf else f"{khat:.2f}"
+        moved = "less than 0.01" if worst < 0.01 else f"at most {worst:.2f}"
         return (f"trusted: k-hat {k} <= {verdict.khat_threshold:.2f} and reweighting towards the posterior moves "
-                f"no marginal by more than {worst:.2f} SD; the draws can be used as they are.")
+                f"each marginal by {moved} SD; the draws can be used as they are.")
     light = khat <= verdict.khat_threshold and ess >= 100
     fix = ('get_samples(resample="psis") gives reweighted draws (importance ESS '
            f'{ess:.0f}); or ' if light else "") + NUTS_HINT
