@@ -133,14 +133,11 @@ def run_auto(info, options: FitOptions, rng_key, args, kwargs, init_params=None,
         result = record(name, make)
         return result, result is not None and trail[-1].trusted
 
-    def nested():
-        return attempt("nested", lambda: run_nested(info, options, hyper, rng_key, args, kwargs, init_params,
-                                                    **common))
-
     hyper = _hyper(info)
     if "nested" in candidates and hyper is not None:
         # over hyperparameters the joint mode is the wrong summary (numpyro_lm.structure)
-        result, ok = nested()
+        result, ok = attempt("nested", lambda: run_nested(info, options, hyper, rng_key, args, kwargs, init_params,
+                                                          **common))
         if ok:
             return result, trail
 
@@ -167,7 +164,7 @@ def run_auto(info, options: FitOptions, rng_key, args, kwargs, init_params=None,
 
     if not results:
         raise first_error
-    attempt, result = min(results, key=lambda ar: _badness(*ar))
+    _, result = min(results, key=lambda ar: _badness(*ar))
     return result, trail
 
 
