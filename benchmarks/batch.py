@@ -9,8 +9,9 @@ in one process (float32, this machine's CPU):
   draws per data set); on one device and, split with ``jax.sharding``, on as many CPU
   devices as this machine has cores (``XLA_FLAGS=--xla_force_host_platform_device_count``,
   set here before JAX starts: the way JAX spreads one program over a CPU's cores);
-- a Python loop of ``run`` over the same B data sets, each fit with its 1000 draws (``run``
-  makes them in the fit's program) and, as the fit-only comparison, with one draw each;
+- a Python loop of ``run(...)`` (``strategy="laplace"``: the joint fit, as ``run_many``
+  makes; the default call would start with nested Laplace over ``tau``) and ``get_samples()``
+  over the same B data sets, with 1000 draws each and, as the fit-only comparison, one;
 - NUTS (1 chain, 1000 warmup + 1000 draws) on the first data set, cold and compiled,
   times B (extrapolated: a loop of 1000 NUTS runs takes about an hour here).
 
@@ -49,7 +50,8 @@ def timed(fn):
 
 def loop(model, args, data, num_samples):
     """Seconds of a Python loop of ``run`` (and ``get_samples``) over the data sets; failures counted."""
-    lm = LaplaceMatching(model, num_samples=num_samples, progress_bar=False)
+    # the joint fit, as run_many makes (the default call would start with nested Laplace over tau)
+    lm = LaplaceMatching(model, num_samples=num_samples, progress_bar=False, strategy="laplace")
     failed = 0
     t0 = time.perf_counter()
     for i, y in enumerate(data):

@@ -57,7 +57,7 @@ def bench(name):
     optimised.run(jax.random.PRNGKey(0), *args, **kwargs)
     warm_opt = np.median([timed(lambda i=i: optimised.run(jax.random.PRNGKey(i), *args, **kwargs).get_samples())
                           for i in range(1, 6)])
-    joint = errors(LaplaceMatching(model, num_samples=4000, progress_bar=False)
+    joint = errors(LaplaceMatching(model, num_samples=4000, progress_bar=False, strategy="laplace")
                    .run(jax.random.PRNGKey(0), *args, **kwargs).get_samples(), ref)
     mcmc = MCMC(NUTS(model), num_warmup=1000, num_samples=1000, progress_bar=False, jit_model_args=True)
     nuts_cold = timed(lambda: (mcmc.run(jax.random.PRNGKey(0), *args, **kwargs), mcmc.get_samples())[1])

@@ -63,7 +63,7 @@ def compare(name, model, args, kwargs, hyper, var_names):
     lm, lm_time = timed(lambda: LaplaceMatching(model, hyper=hyper, num_samples=4000).run(
         jax.random.PRNGKey(0), *args, **kwargs))
     jax.block_until_ready(lm.get_samples())
-    joint = LaplaceMatching(model, num_samples=4000).run(jax.random.PRNGKey(0), *args, **kwargs)
+    joint = LaplaceMatching(model, num_samples=4000, strategy="laplace").run(jax.random.PRNGKey(0), *args, **kwargs)
     mcmc = MCMC(NUTS(model), num_warmup=1000, num_samples=2000, progress_bar=False)
     _, nuts_time = timed(lambda: mcmc.run(jax.random.PRNGKey(1), *args, **kwargs))
     d = lm.diagnostics()

@@ -70,10 +70,11 @@ class LaplaceMatching:
         ``"mean"``, ``"eig"``, ``"lowrank"`` or ``"diag"``; the bound before and after is in
         :meth:`diagnostics`. ``refine_num_samples`` fixed draws, ``refine_max_iter`` L-BFGS steps.
     :param hyper: nested Laplace (:mod:`numpyro_lm.nested`, INLA style) over these sites
-        (at most ten coordinates), or ``"auto"``: the global scalar or 2-vector sites of a
-        model with plated latent sites (at most three coordinates). No joint fit is made.
-    :param str strategy: ``"auto"`` (default): the cheapest of joint Laplace Matching,
-        PSIS-corrected moments and nested Laplace whose verdict is trusted
+        (at most ten coordinates), or ``"auto"``: the model's hyperparameters
+        (:func:`numpyro_lm.nested.fit.hyper_sites`: global scales and shapes that set another
+        latent site's prior or enter a likelihood with other latent sites). No joint fit is made.
+    :param str strategy: ``"auto"`` (default): the first trusted of nested Laplace (where
+        the model has hyperparameters), joint Laplace Matching and PSIS-corrected moments
         (:mod:`numpyro_lm.autopilot`; the attempts are in ``diagnostics()["trail"]``);
         ``"laplace"``: the joint fit alone. Explicit ``refine=`` or ``hyper=`` choose for you.
     :param str fallback: ``"nuts"``: where the answer is not trusted, run NUTS warm-started
