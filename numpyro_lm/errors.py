@@ -128,7 +128,7 @@ def check_options(*, method, num_samples, refine, refine_num_samples, refine_max
         raise ValueError(f"num_samples must be positive, not {num_samples}")
     if refine is not None and refine not in REFINE_METHODS:
         raise ValueError(f"refine must be None or one of {REFINE_METHODS}, not {refine!r}")
-    if refine_num_samples < 1 or refine_max_iter < 0:
+    if (refine_num_samples is not None and refine_num_samples < 1) or refine_max_iter < 0:
         raise ValueError("refine_num_samples must be positive and refine_max_iter non-negative")
     if hyper is not None and hyper != "auto" and not (
         isinstance(hyper, (list, tuple)) and hyper and all(isinstance(h, str) for h in hyper)

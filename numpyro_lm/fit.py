@@ -36,7 +36,7 @@ from .optimize import NewtonState, default_tol, newton_many
 from .programs import merge_inputs
 from .refine import Refinement, refine
 
-__all__ = ["FitOptions", "Starts", "JointFit", "initial_point", "start", "resume", "finish", "fit", "fit_many", "draw", "weigh", "log_densities", "constrained"]
+__all__ = ["FitOptions", "Starts", "JointFit", "initial_point", "start", "resume", "finish", "refine_fit", "fit", "fit_many", "draw", "weigh", "log_densities", "constrained"]
 
 
 class FitOptions(NamedTuple):
@@ -47,7 +47,7 @@ class FitOptions(NamedTuple):
     max_iter: int = 200
     regularize: Optional[float] = None
     refine: Optional[str] = None
-    refine_num_samples: int = 1000
+    refine_num_samples: Optional[int] = None  # None: the method's default (refine.DADVI_DRAWS / MVI_DRAWS)
     refine_max_iter: int = 200
     init_strategy: Optional[Callable] = None  # None: the basis origin, else init_to_uniform
     num_starts: int = 1  # mode searches from the initial point and num_starts - 1 uniform inits
@@ -142,13 +142,19 @@ def resume(info: ModelInfo, options: FitOptions, chunk: int, state: NewtonState,
 
 def finish(info: ModelInfo, options: FitOptions, state: NewtonState, rng_key, args, kwargs) -> JointFit:
     """The Laplace state at the mode, refined if asked, and each site's matched family."""
-    laplace_state = laplace_finish(state, regularize=options.regularize)
+    return refine_fit(info, options, laplace_finish(state, regularize=options.regularize), rng_key, args, kwargs)
+
+
+def refine_fit(info: ModelInfo, options: FitOptions, laplace_state: LaplaceState, rng_key, args,
+               kwargs) -> JointFit:
+    """A Laplace state refined as ``options.refine`` asks (none: as it is), and each site's
+    matched family (the auto-pilot refines a finished fit this way, without a new search)."""
     refinement = None
     if options.refine is not None:
         laplace_state, refinement = refine(
             _log_density(info, args, kwargs), laplace_state, options.refine, jax.random.fold_in(rng_key, 2),
             num_samples=options.refine_num_samples, max_iter=options.refine_max_iter,
-            gtol=jnp.sqrt(options.tolerance(state.x.dtype)),
+            gtol=jnp.sqrt(options.tolerance(laplace_state.mode.dtype)), tol=options.tolerance(laplace_state.mode.dtype),
         )
     params = matched_params(info.layout, laplace_state.gaussian)
     finite = finite_params(params)

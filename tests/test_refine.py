@@ -9,7 +9,7 @@ import pytest
 from jax.scipy.special import logsumexp
 from numpyro.distributions import constraints
 
-from numpyro_lm import LaplaceMatching
+from numpyro_lm import LaplaceMatching, NotTrustedWarning
 from numpyro_lm.curvature import DenseCurvature, Gaussian
 from numpyro_lm.refine import evidence_lower_bound, refine_gaussian
 
@@ -57,7 +57,7 @@ def test_bound_of_a_gaussian_target_is_its_entropy_identity():
     assert abs(float(bound)) < 0.03  # sd of mean(|z|^2)/2 over 20000 draws: 0.007
 
 
-@pytest.mark.parametrize("method", ["mean", "eig", "lowrank", "diag"])
+@pytest.mark.parametrize("method", ["mean", "eig", "lowrank", "diag", "dadvi"])
 def test_refinement_never_lowers_the_bound(method):
     # a skewed 2-D target (Gumbel x Normal): every refinement raises the bound
     def log_p(w):
@@ -71,8 +71,26 @@ def test_refinement_never_lowers_the_bound(method):
     assert 0.3 < float(refined.mean[0]) < 0.8
 
 
-def test_refine_works_in_float32(x32):
-    lm = LaplaceMatching(mixture, refine="eig").run(KEY)
+def test_dadvi_newton_reaches_the_optimum_lbfgs_reaches_on_the_same_draws():
+    # "dadvi" and "eig" share the fixed-draw bound (the same root, its scales in logs): on
+    # the same draws Newton and L-BFGS must find the same optimum of this smooth function
+    def log_p(w):
+        return dist.Gumbel(0.0, 1.0).log_prob(w[0]) + dist.Normal(0.5 * w[0], 1.0).log_prob(w[1])
+
+    gaussian = Gaussian(jnp.zeros(2), DenseCurvature.from_precision(-jax.hessian(log_p)(jnp.zeros(2))))
+    z = jax.random.normal(KEY, (300, 2), dtype=jnp.float64)
+    newton, n_info = refine_gaussian(log_p, gaussian, "dadvi", z, jnp.ones(4), max_iter=50, gtol=1e-9)
+    lbfgs, l_info = refine_gaussian(log_p, gaussian, "eig", z, jnp.ones(4), max_iter=500, gtol=1e-9)
+    assert int(n_info.num_iter) < 15  # second order from the Laplace start: a few steps
+    np.testing.assert_allclose(n_info.elbo_after, l_info.elbo_after, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(newton.mean, lbfgs.mean, atol=1e-5)  # optimiser tolerances
+    np.testing.assert_allclose(newton.cov, lbfgs.cov, atol=1e-5)
+
+
+@pytest.mark.parametrize("method", ["eig", "dadvi"])
+def test_refine_works_in_float32(x32, method):
+    with pytest.warns(NotTrustedWarning):  # the Gaussian misses the mixture's second component
+        lm = LaplaceMatching(mixture, refine=method).run(KEY)
     d = lm.diagnostics()
     assert d["refine_elbo_after"] >= d["refine_elbo_before"] and np.all(np.isfinite(lm.gaussian.cov))
     # the refined Gaussian's precision eigenvalues ascend, as the Laplace fit's do
