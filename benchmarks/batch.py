@@ -11,7 +11,10 @@ in one process (float32, this machine's CPU):
   set here before JAX starts: the way JAX spreads one program over a CPU's cores);
 - a Python loop of ``run(...)`` (``strategy="laplace"``: the joint fit, as ``run_many``
   makes; the default call would start with nested Laplace over ``tau``) and ``get_samples()``
-  over the same B data sets, with 1000 draws each and, as the fit-only comparison, one;
+  over the same B data sets, with 1000 draws each and, as the fit-only comparison, one.
+  Each ``run`` also computes its fit's verdict (4000 draws and their float64 importance
+  weights: ``run`` warns when a fit is not trusted), which ``run_many`` computes only when
+  ``diagnostics()`` asks for it;
 - NUTS (1 chain, 1000 warmup + 1000 draws) on the first data set, cold and compiled,
   times B (extrapolated: a loop of 1000 NUTS runs takes about an hour here).
 
@@ -99,7 +102,8 @@ def main(num_datasets):
         f"jax {jax.__version__}, {devices[0].platform} ({os.cpu_count()} cores, {len(devices)} devices); "
         f"failed fits: run_many {max(r['failed'] for r in runs.values())}, loop {failed_loop}.",
         "",
-        "| work | devices | run_many first call s | run_many compiled s | loop of run s | loop / first call | "
+        "| work | devices | run_many first call s | run_many compiled s | loop of run (with verdicts) s | "
+        "loop / first call | "
         "loop / compiled |",
         "|---|---|---|---|---|---|---|",
     ]
