@@ -1,8 +1,8 @@
 """Running a nested Laplace fit: inner fits in compiled batches, the outer design on the host.
 
 :func:`run_nested` splits the flat coordinates into the hyperparameters' and the rest,
-compiles the vectorised inner step (:mod:`.inner`: conditional fits, mean shifts, matched
-normalisers) once per model and shapes, searches the mode of the hyperparameters' Laplace
+compiles the inner step for a batch of points (:mod:`.inner`: conditional fits, mean shifts,
+matched normalisers) once per model and shapes, searches the mode of the hyperparameters' Laplace
 marginal (:mod:`.search`), lays the integration design around it (:mod:`.design`) and
 matches each site's family to the mixture's moments (:mod:`.mixture`). No joint fit is
 made. Nested fits are for one data set: ``run_many`` refuses them.
