@@ -252,11 +252,14 @@ class Basis(NamedTuple):
     :param transform: ``constraint -> numpyro Transform`` from basis coordinates to the
         support; called on every model run so that dependent supports stay right.
     :param family: the default matched family (see :mod:`numpyro_lm.families`).
+    :param one_to_one: ``False`` for a two-to-one basis (``sqrt``: ``y`` and ``-y`` give the
+        same value), whose coordinates multi-start searches leave at the initial point.
     """
 
     name: str
     transform: Callable[[constraints.Constraint], object]
     family: str
+    one_to_one: bool = True
 
 
 _BASES: dict[str, Basis] = {}
@@ -268,13 +271,14 @@ def register_basis(
     transform: Callable[[constraints.Constraint], object],
     family: str = "gaussian",
     constraint_types: tuple = (),
+    one_to_one: bool = True,
 ) -> Basis:
     """Register a basis under ``name``; make it the default for ``constraint_types``.
 
     Example: ``register_basis("softplus", lambda c: SoftplusTransform(), "gaussian")``
     lets a user write ``LaplaceMatching(model, bases={"sigma": "softplus"})``.
     """
-    basis = Basis(name, transform, family)
+    basis = Basis(name, transform, family, one_to_one)
     _BASES[name] = basis
     for ctype in constraint_types:
         _DEFAULT_BASIS[ctype if isinstance(ctype, type) else type(ctype)] = name
@@ -364,10 +368,10 @@ register_basis(
     "beta",
     (constraints.unit_interval, constraints.interval, constraints.open_interval),
 )
-register_basis("sqrt", with_independent(_sqrt), "gamma")
+register_basis("sqrt", with_independent(_sqrt), "gamma", one_to_one=False)
 register_basis("softmax", lambda c: ZeroSumSoftmaxTransform(), "dirichlet", (constraints.simplex,))
 register_basis(
     "logm", lambda c: SymmetricMatrixExpTransform(), "gaussian", (constraints.positive_definite,)
 )
-register_basis("sqrtm", lambda c: SymmetricMatrixSquareTransform(), "gaussian")
+register_basis("sqrtm", lambda c: SymmetricMatrixSquareTransform(), "gaussian", one_to_one=False)
 register_basis("biject_to", lambda c: biject_to(c), "gaussian")

@@ -145,5 +145,5 @@ def check_options(*, method, num_samples, refine, refine_num_samples, refine_max
         raise ValueError(f'strategy must be "auto" or "laplace", not {strategy!r}')
     if fallback not in (None, "nuts"):
         raise ValueError(f'fallback must be None or "nuts", not {fallback!r}')
-    if num_starts < 1:
+    if num_starts is not None and num_starts < 1:
         raise ValueError(f"num_starts must be at least 1, not {num_starts}")

@@ -25,8 +25,11 @@ from typing import Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax import lax
 from numpyro.infer.initialization import init_to_uniform, init_to_value
 
+from .bases import get_basis
 from .copula import copula_draws, copula_log_density
 from .curvature import Gaussian
 from .laplace import LaplaceState, laplace_finish, laplace_init, laplace_update
@@ -36,7 +39,7 @@ from .optimize import NewtonState, default_tol, newton_many
 from .programs import merge_inputs
 from .refine import Refinement, refine
 
-__all__ = ["FitOptions", "Starts", "JointFit", "initial_point", "start", "resume", "finish", "refine_fit", "fit", "fit_many", "draw", "weigh", "log_densities", "constrained"]
+__all__ = ["FitOptions", "Starts", "DEFAULT_STARTS", "MULTI_START_MAX_DIM", "default_starts", "spread_points", "JointFit", "initial_point", "start", "resume", "finish", "refine_fit", "fit", "fit_many", "draw", "weigh", "log_densities", "constrained"]
 
 
 class FitOptions(NamedTuple):
@@ -96,12 +99,49 @@ def initial_point(info: ModelInfo, options: FitOptions, rng_key, init_params, ar
     return info.init(jax.random.fold_in(rng_key, 0), args, kwargs, strategy)
 
 
+DEFAULT_STARTS = 4
+"""Joint mode searches by default (``num_starts=None``), for models of at most
+:data:`MULTI_START_MAX_DIM` coordinates: a local mode is otherwise silent (its draws'
+importance weights cannot see mass they never reach)."""
+MULTI_START_MAX_DIM = 200
+"""Largest model searched from several points by default (each search costs dense Newton steps)."""
+
+
+def default_starts(dim: int, num_starts: Optional[int] = None) -> int:
+    """``num_starts``, or where it is ``None`` the default for a model of ``dim`` coordinates."""
+    if num_starts is not None:
+        return num_starts
+    return DEFAULT_STARTS if dim <= MULTI_START_MAX_DIM else 1
+
+
+def spread_points(num: int, dim: int, half_width: float = 2.0) -> np.ndarray:
+    """``(num, dim)`` points spread evenly over ``(-half_width, half_width)^dim``: the
+    Kronecker (R_d) low-discrepancy sequence, :math:`u_i = \{1/2 + i\,\alpha\}` with
+    :math:`\alpha_j = \varphi_d^{-j}` and :math:`\varphi_d` the root of
+    :math:`x^{d+1} = x + 1` (Roberts 2018, "The unreasonable effectiveness of quasirandom
+    sequences"). Deterministic, and no two points share a coordinate."""
+    phi = 2.0
+    for _ in range(60):  # fixed-point iteration for the generalised golden ratio
+        phi = (1.0 + phi) ** (1.0 / (dim + 1))
+    alpha = phi ** -np.arange(1, dim + 1)
+    u = np.mod(0.5 + np.arange(1, num + 1)[:, None] * alpha[None, :], 1.0)
+    return half_width * (2.0 * u - 1.0)
+
+
+def _spread_mask(layout) -> np.ndarray:
+    """The coordinates multi-start spreads: those of one-to-one bases (see :class:`~numpyro_lm.bases.Basis`)."""
+    mask = np.zeros(layout.size, bool)
+    for site in layout.sites:
+        mask[site.offset : site.offset + site.size] = get_basis(site.basis).one_to_one
+    return mask
+
+
 def start(info: ModelInfo, options: FitOptions, at_origin: bool, until: int, rng_key, init_params, args,
           kwargs):
     """The mode search from the initial point up to ``until`` Newton evaluations:
     ``(NewtonState, Starts or None)``. With ``options.num_starts > 1`` the searches from
-    all starting points run side by side (vmapped) and the state of the highest log
-    density is kept; :class:`Starts` records where each ended.
+    starting points (:func:`spread_points`) run one after another in the program and the
+    state of the highest log density is kept; :class:`Starts` records where each ended.
 
     ``at_origin``: start at the basis origin (no model trace, no PRNG program to compile);
     else at :func:`initial_point`.
@@ -120,11 +160,12 @@ def start(info: ModelInfo, options: FitOptions, at_origin: bool, until: int, rng
 
     if options.num_starts <= 1:
         return search(x0), None
-    # more starting points, uniform in (-2, 2) of numpyro's unconstrained space (init_to_uniform),
-    # searched side by side; the search continues from the highest density reached
-    keys = jax.random.split(jax.random.fold_in(rng_key, 4), options.num_starts - 1)
-    others = jax.vmap(lambda k: info.init(k, args, kwargs, init_to_uniform))(keys)
-    states = jax.vmap(search)(jnp.concatenate([x0[None], others.astype(dtype)]))
+    # more starting points spread over (-2, 2) in the basis (spread_points: constants, no PRNG
+    # program to compile), searched one after another (lax.map, not vmap: compiled like a
+    # single search, and each stops when it converges); the highest density reached is kept
+    others = jnp.asarray(spread_points(options.num_starts - 1, info.size), dtype)
+    others = jnp.where(_spread_mask(info.layout), others, x0)  # two-to-one bases stay at x0
+    states = lax.map(search, jnp.concatenate([x0[None], others]))
     value = jnp.where(jnp.isfinite(states.value), states.value, jnp.inf)
     best = jnp.argmin(value)
     diagonal = jnp.diagonal(states.chol, axis1=-2, axis2=-1)

@@ -28,7 +28,7 @@ from .autopilot import run_auto
 from .batch import batch_of, pad, pad_inputs
 from .fallback import run_fallback
 from .errors import NotPositiveDefiniteError, check_options
-from .fit import FitOptions
+from .fit import FitOptions, default_starts
 from .joint import run_joint
 from .model import ModelInfo, model_info
 from .nested import run_nested
@@ -82,10 +82,12 @@ class LaplaceMatching:
     :param str fallback: ``"nuts"``: where the answer is not trusted, run NUTS warm-started
         from it and answer with NUTS's draws (:mod:`numpyro_lm.fallback`). Default ``None``:
         ``run`` warns instead, naming that call.
-    :param int num_starts: mode searches side by side (one vmapped program): from the
-        initial point and from ``num_starts - 1`` points uniform in (-2, 2) of NumPyro's
-        unconstrained space. The highest density is kept; a second mode of comparable
-        Laplace mass makes the fit untrusted (``diagnostics()["reasons"]``). Single fits only.
+    :param int num_starts: joint mode searches (one program): from the initial point and
+        from ``num_starts - 1`` points spread over (-2, 2) in the LM basis
+        (:func:`numpyro_lm.fit.spread_points`). The highest density is kept; a second mode
+        of comparable Laplace mass makes the fit untrusted (``diagnostics()["reasons"]``).
+        Default ``None``: :data:`~numpyro_lm.fit.DEFAULT_STARTS` for models of at most
+        :data:`~numpyro_lm.fit.MULTI_START_MAX_DIM` coordinates, else one. Single fits only.
     :param dict compiler_options: XLA options of the compiled programs. The default,
         ``FAST_COMPILE``, compiles two to four times faster at about the same speed for
         dense fits of this size; ``None`` (XLA's defaults) suits expensive log densities,
@@ -97,7 +99,7 @@ class LaplaceMatching:
                  tol: Optional[float] = None, max_iter: int = 200, regularize: Optional[float] = None,
                  newton_max_dim: int = 1000, progress_bar: bool = True, refine: Optional[str] = None, hyper=None,
                  refine_num_samples: Optional[int] = None, refine_max_iter: int = 200,
-                 compiler_options: Optional[dict] = FAST_COMPILE, num_starts: int = 1, strategy: str = "auto",
+                 compiler_options: Optional[dict] = FAST_COMPILE, num_starts: Optional[int] = None, strategy: str = "auto",
                  fallback: Optional[str] = None):
         check_options(method=method, num_samples=num_samples, refine=refine, refine_num_samples=refine_num_samples,
                       refine_max_iter=refine_max_iter, hyper=hyper, bases=bases, families=families,
@@ -129,7 +131,7 @@ class LaplaceMatching:
     def _options(self, info: ModelInfo) -> FitOptions:
         method = self.method if self.method != "auto" else ("newton" if info.size <= self.newton_max_dim else "lbfgs")
         return FitOptions(method, self.tol, self.max_iter, self.regularize, self.refine, self.refine_num_samples,
-                          self.refine_max_iter, self.init_strategy, self.num_starts)
+                          self.refine_max_iter, self.init_strategy, default_starts(info.size, self.num_starts))
 
     def run(self, rng_key, *args, init_params: Optional[dict] = None, **kwargs) -> "LaplaceMatching":
         """Find the mode, the curvature and the matched posterior (draws come on request).

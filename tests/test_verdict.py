@@ -112,9 +112,10 @@ def two_bumps():
     numpyro.sample("y", dist.Normal(0.0, 1.0))
 
 
-def test_multi_start_reports_a_second_mode(x32):
+@pytest.mark.parametrize("num_starts", [4, None])  # None: the default, four searches for a small model
+def test_multi_start_reports_a_second_mode(x32, num_starts):
     with pytest.warns(NotTrustedWarning, match="second mode"):
-        lm = LaplaceMatching(two_bumps, num_starts=4).run(KEY)
+        lm = LaplaceMatching(two_bumps, num_starts=num_starts, strategy="laplace").run(KEY)
     d = lm.diagnostics()
     assert not d["trusted"]
     assert abs(float(lm.gaussian.mean[0])) == pytest.approx(3.0, abs=0.05)  # one of the modes, not the saddle
@@ -137,3 +138,16 @@ def test_distinct_modes_weighs_the_laplace_mass():
     assert "37%" in distinct_modes(starts([0.0, -1.0, 0.0]), x[0], sd, layout)[0]
     assert distinct_modes(starts([0.0, -3.0, 0.0]), x[0], sd, layout) == []
     assert distinct_modes(starts([0.0, 0.0, 0.0]), x[0], sd * 10, layout) == []  # 0.6 SD apart: one mode
+
+
+def test_spread_points_cover_the_box_deterministically():
+    from numpyro_lm.fit import default_starts, spread_points
+
+    p = spread_points(200, 3)
+    assert p.shape == (200, 3) and np.all(np.abs(p) < 2.0)
+    assert np.array_equal(p, spread_points(200, 3))  # deterministic: no PRNG program to compile
+    # low discrepancy: every eighth of each axis holds 25 +- 5 of the 200 points (iid uniform
+    # draws: SD 4.7 per bin, about 10 at worst over these 24 bins)
+    counts = np.stack([np.histogram(p[:, j], bins=8, range=(-2, 2))[0] for j in range(3)])
+    assert np.all(np.abs(counts - 25) <= 5)
+    assert default_starts(10) == 4 and default_starts(10_000) == 1 and default_starts(10, 2) == 2
