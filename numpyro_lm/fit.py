@@ -53,7 +53,7 @@ class FitOptions(NamedTuple):
     refine_num_samples: Optional[int] = None  # None: the method's default (refine.DADVI_DRAWS / MVI_DRAWS)
     refine_max_iter: int = 200
     init_strategy: Optional[Callable] = None  # None: the basis origin, else init_to_uniform
-    num_starts: int = 1  # mode searches from the initial point and num_starts - 1 uniform inits
+    num_starts: int = 1  # mode searches: from the initial point and num_starts - 1 spread_points
 
     def tolerance(self, dtype) -> float:
         return default_tol(dtype) if self.tol is None else self.tol

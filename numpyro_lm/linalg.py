@@ -9,9 +9,10 @@ threads can wait on each other for ever (seen: ``eigh`` in ``run_many`` over 200
 sets on two cores). So under ``jax.vmap`` (``jax.custom_batching.custom_vmap``):
 
 - :func:`cholesky` and :func:`solve_triangular` run, for a batch of up to
-  :data:`SEQUENTIAL_MAX` entries (nested Laplace's inner fits, multi-start searches), as
-  one LAPACK call per entry in a loop (``lax.map``: cheap to trace and compile; the
-  substitution loops below made a third of the compile time of a nested fit), and for a
+  :data:`SEQUENTIAL_MAX` entries (a small ``run_many`` batch, the variances of nested
+  Laplace's conditional fits), as one LAPACK call per entry in a loop (``lax.map``: cheap
+  to trace and compile; the substitution loops below made a third of the compile time of
+  a nested fit when its inner fits were vmapped), and for a
   larger batch as column loops of array operations vectorised over the batch
   (Cholesky-Banachiewicz; forward and back substitution): ``D`` steps of ``O(B D^2)``
   work, no LAPACK;
