@@ -43,10 +43,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .curvature import DenseCurvature
-from .fit import FitOptions, JointFit, refine_fit
+from .fit import FitOptions, JointFit, matched_fit, refine_fit
 from .joint import JointResult, run_joint
 from .laplace import LaplaceState
-from .marginals import finite_params, matched_params
 from .nested import run_nested
 from .nested.fit import hyper_sites
 from .programs import program
@@ -90,10 +89,7 @@ def moment_fit(info, fitted: JointFit, flat, log_weights, args, kwargs) -> Joint
     centred = flat - mean
     cov = (centred * w[:, None]).T @ centred
     state = fitted.state
-    new = LaplaceState(mean, DenseCurvature.from_covariance(cov), state.log_density, state.info)
-    params = matched_params(info.layout, new.gaussian)
-    finite = finite_params(params)
-    return JointFit(new, params, None, finite)
+    return matched_fit(info, LaplaceState(mean, DenseCurvature.from_covariance(cov), state.log_density, state.info))
 
 
 def _attempt(name: str, result, seconds: float) -> Attempt:

@@ -39,7 +39,7 @@ from .optimize import NewtonState, default_tol, newton_many
 from .programs import merge_inputs
 from .refine import Refinement, refine
 
-__all__ = ["FitOptions", "Starts", "DEFAULT_STARTS", "MULTI_START_MAX_DIM", "default_starts", "spread_points", "JointFit", "initial_point", "start", "resume", "finish", "refine_fit", "fit", "fit_many", "draw", "weigh", "log_densities", "constrained"]
+__all__ = ["FitOptions", "Starts", "DEFAULT_STARTS", "MULTI_START_MAX_DIM", "default_starts", "spread_points", "JointFit", "initial_point", "start", "resume", "finish", "refine_fit", "matched_fit", "fit", "fit_many", "draw", "weigh", "log_densities", "constrained"]
 
 
 class FitOptions(NamedTuple):
@@ -197,9 +197,13 @@ def refine_fit(info: ModelInfo, options: FitOptions, laplace_state: LaplaceState
             num_samples=options.refine_num_samples, max_iter=options.refine_max_iter,
             gtol=jnp.sqrt(options.tolerance(laplace_state.mode.dtype)), tol=options.tolerance(laplace_state.mode.dtype),
         )
+    return matched_fit(info, laplace_state, refinement)
+
+
+def matched_fit(info: ModelInfo, laplace_state: LaplaceState, refinement: Optional[Refinement] = None) -> JointFit:
+    """A :class:`JointFit` of ``laplace_state``: each site's matched family and whether its parameters are finite."""
     params = matched_params(info.layout, laplace_state.gaussian)
-    finite = finite_params(params)
-    return JointFit(laplace_state, params, refinement, finite)
+    return JointFit(laplace_state, params, refinement, finite_params(params))
 
 
 def fit(info: ModelInfo, options: FitOptions, at_origin: bool, until: int, rng_key, init_params, args, kwargs):

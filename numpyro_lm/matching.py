@@ -152,8 +152,8 @@ class LaplaceMatching:
         else:
             result = run_joint(info, self._options(info), rng_key, args, kwargs, init_params, **common)
         result.trail = trail
+        diagnostics = result.diagnostics()  # before the object changes: a failed call leaves it as it was
         previous, self._result = self._result, result  # only a fit that passed its checks replaces the last one
-        diagnostics = result.diagnostics()
         if self.fallback == "nuts" and not diagnostics["trusted"]:
             try:
                 self._result = run_fallback(self, result, rng_key, args, kwargs)
