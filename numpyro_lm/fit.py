@@ -32,6 +32,7 @@ from numpyro.infer.initialization import init_to_uniform, init_to_value
 from .bases import get_basis
 from .copula import copula_draws, copula_log_density
 from .curvature import Gaussian
+from .hessian import hessian_for
 from .laplace import LaplaceState, laplace_finish, laplace_init, laplace_update
 from .marginals import finite_params, matched_params
 from .model import ModelInfo
@@ -39,7 +40,7 @@ from .optimize import NewtonState, default_tol, newton_many
 from .programs import merge_inputs
 from .refine import Refinement, refine
 
-__all__ = ["FitOptions", "Starts", "DEFAULT_STARTS", "MULTI_START_MAX_DIM", "default_starts", "spread_points", "JointFit", "initial_point", "start", "resume", "finish", "refine_fit", "matched_fit", "fit", "fit_many", "draw", "weigh", "log_densities", "constrained"]
+__all__ = ["FitOptions", "Starts", "DEFAULT_STARTS", "MULTI_START_MAX_DIM", "default_starts", "spread_points", "JointFit", "initial_point", "start", "resume", "finish", "refine_fit", "matched_fit", "fit", "fit_many", "draw", "weigh", "log_densities", "constrained", "map_rows", "ROW_BUDGET"]
 
 
 class FitOptions(NamedTuple):
@@ -54,6 +55,8 @@ class FitOptions(NamedTuple):
     refine_max_iter: int = 200
     init_strategy: Optional[Callable] = None  # None: the basis origin, else init_to_uniform
     num_starts: int = 1  # mode searches: from the initial point and num_starts - 1 spread_points
+    curvature: str = "dense"  # "dense" or "arrowhead" (numpyro_lm.hessian)
+    plate: Optional[str] = None  # the arrowhead's plate (None: the largest, hessian.plate_structure)
 
     def tolerance(self, dtype) -> float:
         return default_tol(dtype) if self.tol is None else self.tol
@@ -88,6 +91,11 @@ class JointFit(NamedTuple):
 
 def _log_density(info: ModelInfo, args, kwargs):
     return partial(info.log_density, args=args, kwargs=kwargs)
+
+
+def _hessian(info: ModelInfo, options: FitOptions):
+    """The fit's Hessian strategy (:func:`numpyro_lm.hessian.hessian_for`)."""
+    return hessian_for(info.layout, options.curvature, options.plate)
 
 
 def initial_point(info: ModelInfo, options: FitOptions, rng_key, init_params, args, kwargs):
@@ -153,10 +161,12 @@ def start(info: ModelInfo, options: FitOptions, at_origin: bool, until: int, rng
         x0 = initial_point(info, options, rng_key, init_params, args, kwargs)
     log_density = _log_density(info, args, kwargs)
     tol = options.tolerance(dtype)
+    hessian = _hessian(info, options)
 
     def search(x):
-        state = laplace_init(log_density, x, method=options.method, tol=tol, max_iter=options.max_iter)
-        return laplace_update(log_density, state, tol=tol, max_iter=until)
+        state = laplace_init(log_density, x, method=options.method, tol=tol, max_iter=options.max_iter,
+                             hessian=hessian)
+        return laplace_update(log_density, state, tol=tol, max_iter=until, hessian=hessian)
 
     if options.num_starts <= 1:
         return search(x0), None
@@ -168,9 +178,7 @@ def start(info: ModelInfo, options: FitOptions, at_origin: bool, until: int, rng
     states = lax.map(search, jnp.concatenate([x0[None], others]))
     value = jnp.where(jnp.isfinite(states.value), states.value, jnp.inf)
     best = jnp.argmin(value)
-    diagonal = jnp.diagonal(states.chol, axis1=-2, axis2=-1)
-    starts = Starts(states.x, -states.value, states.converged, states.positive,
-                    jnp.sum(jnp.log(jnp.abs(diagonal)), axis=-1))
+    starts = Starts(states.x, -states.value, states.converged, states.positive, hessian.half_logdet(states.chol))
     return jax.tree.map(lambda a: a[best], states), starts
 
 
@@ -178,12 +186,13 @@ def resume(info: ModelInfo, options: FitOptions, chunk: int, state: NewtonState,
     """Continue the mode search for up to ``chunk`` more Newton evaluations (``max_iter`` in all)."""
     until = jnp.minimum(state.num_iter + chunk, options.max_iter)
     return laplace_update(_log_density(info, args, kwargs), state, tol=options.tolerance(state.x.dtype),
-                          max_iter=until)
+                          max_iter=until, hessian=_hessian(info, options))
 
 
 def finish(info: ModelInfo, options: FitOptions, state: NewtonState, rng_key, args, kwargs) -> JointFit:
     """The Laplace state at the mode, refined if asked, and each site's matched family."""
-    return refine_fit(info, options, laplace_finish(state, regularize=options.regularize), rng_key, args, kwargs)
+    laplace_state = laplace_finish(state, regularize=options.regularize, hessian=_hessian(info, options))
+    return refine_fit(info, options, laplace_state, rng_key, args, kwargs)
 
 
 def refine_fit(info: ModelInfo, options: FitOptions, laplace_state: LaplaceState, rng_key, args,
@@ -236,22 +245,38 @@ def fit_many(info: ModelInfo, options: FitOptions, at_origin: bool, block: int, 
         args, kwargs = arguments(d)
         x0 = jnp.zeros(info.size, dtype) if at_origin else initial_point(info, options, key, params, args, kwargs)
         return laplace_init(_log_density(info, args, kwargs), x0, method=options.method, tol=tol,
-                            max_iter=options.max_iter)
+                            max_iter=options.max_iter, hessian=_hessian(info, options))
 
     state = jax.vmap(begin)(rng_keys, init_params, data)
-    state = newton_many(lambda x, d: -info.log_density(x, *arguments(d)), state, data, tol, options.max_iter, block)
+    state = newton_many(lambda x, d: -info.log_density(x, *arguments(d)), state, data, tol, options.max_iter, block,
+                        _hessian(info, options))
     fitted = jax.vmap(lambda s, key, d: finish(info, options, s, key, *arguments(d)))(state, rng_keys, data)
     return state, fitted
 
 
+ROW_BUDGET = 2**24
+"""Numbers per intermediate array when the model runs on many rows at once (draws, weights):
+rows are vmapped in chunks of ``ROW_BUDGET // (observed + latent numbers)`` so that a model
+with 10^6 observations does not hold 4000 copies of them (128 MiB per array in float64)."""
+
+
+def map_rows(info: ModelInfo, fn, flat):
+    """``fn`` over the rows of ``flat (n, D)``: vmapped, in chunks where the whole would be
+    large (:data:`ROW_BUDGET`)."""
+    rows = max(1, ROW_BUDGET // (info.layout.observed_size + info.size + 1))
+    if rows >= flat.shape[0]:
+        return jax.vmap(fn)(flat)
+    return lax.map(fn, flat, batch_size=rows)
+
+
 def constrained(info: ModelInfo, flat, args, kwargs) -> dict:
     """The model's latent and deterministic sites at each row of ``flat (n, D)``."""
-    return jax.vmap(lambda y: info.constrain(y, args, kwargs))(flat)
+    return map_rows(info, lambda y: info.constrain(y, args, kwargs), flat)
 
 
 def log_densities(info: ModelInfo, flat, args, kwargs):
     """``log p`` (LM basis) at each row of ``flat (n, D)``."""
-    return jax.vmap(lambda y: info.log_density(y, args, kwargs))(flat)
+    return map_rows(info, lambda y: info.log_density(y, args, kwargs), flat)
 
 
 def draw(info: ModelInfo, num_samples: int, rng_key, gaussian: Gaussian, params, args, kwargs):

@@ -39,6 +39,7 @@ class LaplaceInfo(NamedTuple):
     grad_norm: jnp.ndarray  # max |gradient| at the mode
     finite: jnp.ndarray  # the log density is finite at the mode
     positive: jnp.ndarray  # the curvature is numerically positive definite
+    structure_error: jnp.ndarray = 0.0  # the Hessian strategy's check at the mode (numpyro_lm.hessian)
 
 
 class LaplaceState(NamedTuple):
@@ -63,36 +64,42 @@ def _resolve_tol(tol, x):
 
 
 def laplace_init(log_density: Callable, x0, *, method: str = "newton", tol: Optional[float] = None,
-                 max_iter: int = 200) -> NewtonState:
+                 max_iter: int = 200, hessian=None) -> NewtonState:
     """The Newton state at ``x0``, or where L-BFGS from ``x0`` stops (``method="lbfgs"``:
     to a gradient of ``sqrt(tol)``, at most ``max_iter`` iterations)."""
     if method == "lbfgs":
         x0, _, _ = lbfgs(lambda x: -log_density(x), x0, gtol=jnp.sqrt(_resolve_tol(tol, x0)), max_iter=max_iter)
     elif method != "newton":
         raise ValueError(f"method must be 'newton' or 'lbfgs', not {method!r}")
-    return newton_init(x0)
+    return newton_init(x0, hessian)
 
 
 def laplace_update(log_density: Callable, state: NewtonState, *, tol: Optional[float] = None,
-                   max_iter: int = 200) -> NewtonState:
+                   max_iter: int = 200, hessian=None) -> NewtonState:
     """Newton from ``state`` until converged, stalled or ``max_iter`` evaluations in all."""
-    return newton(lambda x: -log_density(x), state, _resolve_tol(tol, state.x), max_iter)
+    return newton(lambda x: -log_density(x), state, _resolve_tol(tol, state.x), max_iter, hessian)
 
 
 def laplace_finish(state: NewtonState, *, regularize: Optional[float] = None,
-                   curvature=DenseCurvature) -> LaplaceState:
+                   curvature=DenseCurvature, hessian=None) -> LaplaceState:
     """The :class:`LaplaceState` at the Newton state's point.
 
     :param regularize: a ridge ``r`` added to the negative Hessian, ``H + r I``.
-    :param curvature: the curvature class, built by ``curvature.from_precision(H)``.
+    :param curvature: the curvature class of a dense Hessian, built by ``curvature.from_precision(H)``.
+    :param hessian: the search's Hessian strategy (:mod:`numpyro_lm.hessian`), which then
+        builds the curvature (``curvature`` is ignored).
     """
-    precision = state.hess
-    if regularize is not None:
-        precision = precision + regularize * jnp.eye(precision.shape[-1], dtype=precision.dtype)
-    curv = curvature.from_precision(precision)
+    if hessian is not None:
+        curv = hessian.curvature(state.hess, regularize)
+    else:
+        precision = state.hess
+        if regularize is not None:
+            precision = precision + regularize * jnp.eye(precision.shape[-1], dtype=precision.dtype)
+        curv = curvature.from_precision(precision)
     info = LaplaceInfo(
         num_iter=state.num_iter, converged=state.converged, stalled=state.stalled, decrement=state.decrement,
         grad_norm=state.grad_norm, finite=jnp.isfinite(state.value), positive=curv.positive(),
+        structure_error=state.structure_error,
     )
     return LaplaceState(state.x, curv, -state.value, info)
 

@@ -31,7 +31,7 @@ from jax import lax
 from jax.custom_batching import custom_vmap, sequential_vmap
 from jax.scipy.linalg import solve_triangular as _lapack_solve_triangular
 
-__all__ = ["SEQUENTIAL_MAX", "eigh", "cholesky", "solve_triangular"]
+__all__ = ["SEQUENTIAL_MAX", "eigh", "cholesky", "solve_triangular", "cholesky_columns", "substitution"]
 
 SEQUENTIAL_MAX = 64
 """Batches up to this size get one LAPACK call per entry; larger ones the vectorised loops."""
@@ -47,8 +47,9 @@ def _batched(args, in_batched, axis_size):
     return [x if b else jnp.broadcast_to(x, (axis_size,) + jnp.shape(x)) for x, b in zip(args, in_batched)]
 
 
-def _cholesky_columns(a):
-    """Lower Cholesky factor column by column (one matrix; vectorises under vmap)."""
+def cholesky_columns(a):
+    """Lower Cholesky factor column by column (one matrix; array operations that vectorise
+    under ``jax.vmap``; NaN where ``a`` is not positive definite)."""
     n = a.shape[-1]
     index = jnp.arange(n)
 
@@ -72,7 +73,7 @@ def _cholesky_batched(axis_size, in_batched, a):
     (a,) = _batched((a,), in_batched, axis_size)
     if axis_size <= SEQUENTIAL_MAX:
         return lax.map(jnp.linalg.cholesky, a), True
-    return jax.vmap(_cholesky_columns)(a), True
+    return jax.vmap(cholesky_columns)(a), True
 
 
 def _substitution(a, b, lower: bool):
@@ -88,7 +89,9 @@ def _substitution(a, b, lower: bool):
     return lax.fori_loop(0, n, step, jnp.zeros_like(b))
 
 
-def _substitution_columns(a, b, lower: bool):
+def substitution(a, b, lower: bool):
+    """Solve ``a x = b`` for triangular ``a`` and ``b`` of shape ``(n,)`` or ``(n, k)`` by substitution
+    (array operations: vectorises under ``jax.vmap``, no LAPACK call)."""
     if b.ndim == 1:
         return _substitution(a, b, lower)
     return jax.vmap(lambda col: _substitution(a, col, lower), in_axes=1, out_axes=1)(b)
@@ -106,7 +109,7 @@ def _triangular_solver(lower: bool):
         a, b = _batched((a, b), in_batched, axis_size)
         if axis_size <= SEQUENTIAL_MAX:
             return lax.map(lambda mv: _lapack_solve_triangular(*mv, lower=lower), (a, b)), True
-        return jax.vmap(lambda m, v: _substitution_columns(m, v, lower))(a, b), True
+        return jax.vmap(lambda m, v: substitution(m, v, lower))(a, b), True
 
     return solve
 

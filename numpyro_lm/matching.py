@@ -22,6 +22,7 @@ import warnings
 from typing import Callable, Optional
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from .autopilot import run_auto
@@ -29,10 +30,11 @@ from .batch import batch_of, pad, pad_inputs
 from .fallback import run_fallback
 from .errors import NotPositiveDefiniteError, check_options
 from .fit import FitOptions, default_starts
+from .hessian import check_dense_memory, choose_curvature
 from .joint import run_joint
 from .model import ModelInfo, model_info
 from .nested import run_nested
-from .programs import BATCH_COMPILE, FAST_COMPILE, merge_inputs, shape_key, split_inputs
+from .programs import BATCH_COMPILE, FAST_COMPILE, merge_inputs, resolve_compiler_options, shape_key, split_inputs
 from .verdict import NotTrustedWarning
 
 __all__ = ["LaplaceMatching", "NotPositiveDefiniteError", "FAST_COMPILE", "BATCH_COMPILE"]
@@ -88,10 +90,20 @@ class LaplaceMatching:
         of comparable Laplace mass makes the fit untrusted (``diagnostics()["reasons"]``).
         Default ``None``: :data:`~numpyro_lm.fit.DEFAULT_STARTS` for models of at most
         :data:`~numpyro_lm.fit.MULTI_START_MAX_DIM` coordinates, else one. Single fits only.
+    :param str curvature: how the mode search holds the Hessian (:mod:`numpyro_lm.hessian`):
+        ``"dense"`` (``D x D``), ``"arrowhead"`` (the block-arrowhead structure of a plate's
+        local sites and the global ones: ``O(D)`` time and memory, checked on a random probe at
+        every step) or ``"auto"`` (default): arrowhead above
+        :data:`~numpyro_lm.hessian.ARROWHEAD_MIN_DIM` coordinates where a plate gives one, else
+        dense. A dense curvature that would not fit in memory is refused before it is allocated.
+    :param str plate: the plate of ``curvature="arrowhead"`` (default: the plate holding the most
+        latent coordinates).
     :param dict compiler_options: XLA options of the compiled programs. The default,
-        ``FAST_COMPILE``, compiles two to four times faster at about the same speed for
-        dense fits of this size; ``None`` (XLA's defaults) suits expensive log densities,
-        nested fits and many refits.
+        ``"auto"``, is ``FAST_COMPILE`` (two to four times faster to compile at about the same
+        speed for dense fits of small models) below
+        :data:`~numpyro_lm.programs.LARGE_MODEL` latent and observed numbers and XLA's
+        defaults (``None``) above; ``None`` also suits expensive log densities, nested fits
+        and many refits.
     """
 
     def __init__(self, model: Callable, *, num_samples: int = 1000, bases: Optional[dict] = None,
@@ -99,8 +111,10 @@ class LaplaceMatching:
                  tol: Optional[float] = None, max_iter: int = 200, regularize: Optional[float] = None,
                  newton_max_dim: int = 1000, progress_bar: bool = True, refine: Optional[str] = None, hyper=None,
                  refine_num_samples: Optional[int] = None, refine_max_iter: int = 200,
-                 compiler_options: Optional[dict] = FAST_COMPILE, num_starts: Optional[int] = None, strategy: str = "auto",
-                 fallback: Optional[str] = None):
+                 compiler_options="auto", num_starts: Optional[int] = None, strategy: str = "auto",
+                 fallback: Optional[str] = None, curvature: str = "auto", plate: Optional[str] = None):
+        if curvature not in ("auto", "dense", "arrowhead"):
+            raise ValueError(f'curvature must be "auto", "dense" or "arrowhead", not {curvature!r}')
         check_options(method=method, num_samples=num_samples, refine=refine, refine_num_samples=refine_num_samples,
                       refine_max_iter=refine_max_iter, hyper=hyper, bases=bases, families=families,
                       strategy=strategy, fallback=fallback, num_starts=num_starts)
@@ -111,6 +125,7 @@ class LaplaceMatching:
         self.compiler_options, self.strategy, self.fallback, self.num_starts = (compiler_options, strategy, fallback,
                                                                                 num_starts)
         self.bases, self.families = dict(bases or {}), dict(families or {})
+        self.curvature, self.plate = curvature, plate
         self.num_chains, self.thinning = 1, 1  # what ArviZ reads of an MCMC object
         self._infos, self._result = {}, None
 
@@ -129,9 +144,18 @@ class LaplaceMatching:
         return self._infos[cache]
 
     def _options(self, info: ModelInfo) -> FitOptions:
-        method = self.method if self.method != "auto" else ("newton" if info.size <= self.newton_max_dim else "lbfgs")
+        curvature = choose_curvature(info.layout, self.curvature, self.plate)
+        if curvature == "arrowhead":  # Newton steps cost O(D): no L-BFGS warm start needed
+            method = "newton" if self.method == "auto" else self.method
+        else:
+            method = self.method if self.method != "auto" else ("newton" if info.size <= self.newton_max_dim
+                                                                  else "lbfgs")
+            check_dense_memory(info.layout, jnp.dtype(jnp.result_type(float)).itemsize,
+                               "curvature='dense' was asked for." if self.curvature == "dense"
+                               else "no plate of the model gives a block-arrowhead structure.")
         return FitOptions(method, self.tol, self.max_iter, self.regularize, self.refine, self.refine_num_samples,
-                          self.refine_max_iter, self.init_strategy, default_starts(info.size, self.num_starts))
+                          self.refine_max_iter, self.init_strategy, default_starts(info.size, self.num_starts),
+                          curvature, self.plate)
 
     def run(self, rng_key, *args, init_params: Optional[dict] = None, **kwargs) -> "LaplaceMatching":
         """Find the mode, the curvature and the matched posterior (draws come on request).
@@ -142,7 +166,8 @@ class LaplaceMatching:
         :param dict init_params: initial *constrained* values per site.
         """
         info = self._model_info(args, kwargs)
-        common = dict(num_samples=self.num_samples, compiler_options=self.compiler_options,
+        common = dict(num_samples=self.num_samples,
+                      compiler_options=resolve_compiler_options(self.compiler_options, info.layout),
                       progress_bar=self.progress_bar)
         trail = None
         if self.hyper is not None:

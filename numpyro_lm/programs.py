@@ -24,6 +24,8 @@ from jax.sharding import Mesh, PartitionSpec
 
 __all__ = [
     "FAST_COMPILE",
+    "LARGE_MODEL",
+    "resolve_compiler_options",
     "BATCH_COMPILE",
     "usable_compiler_options",
     "InputKey",
@@ -44,6 +46,20 @@ FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitter
 # time does not: LLVM's optimisations on (half the run time of a batch of 1000 eight-schools
 # fits, at 1.5 times the compile time), the elemental emitters kept (faster to compile)
 BATCH_COMPILE = {"xla_cpu_use_fusion_emitters": False}
+# ... and for large models (LARGE_MODEL numbers or more in the latent and observed values),
+# whose run time is no longer small next to compiling: XLA's defaults (without LLVM's
+# optimisations a 10^5-group GLMM's Newton step ran at half speed)
+LARGE_MODEL = 100_000
+
+
+def resolve_compiler_options(options, layout):
+    """``options``, or for ``"auto"``: :data:`FAST_COMPILE` for a model smaller than
+    :data:`LARGE_MODEL` numbers (latent and observed), else XLA's defaults (``None``)."""
+    if isinstance(options, str):
+        if options != "auto":
+            raise ValueError(f'compiler_options must be a dict, None or "auto", not {options!r}')
+        return FAST_COMPILE if layout.size + layout.observed_size < LARGE_MODEL else None
+    return options
 
 
 @functools.lru_cache(maxsize=None)

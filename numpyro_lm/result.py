@@ -22,6 +22,7 @@ import numpy as np
 from numpyro.diagnostics import print_summary as numpyro_print_summary
 
 from .batch import Batch, take, take_inputs
+from .curvature import eigenvalue_range
 from .diagnostics import KHAT_OK, importance_resample, khat_verdict, psis
 from .posterior import MatchedPosterior, site_distribution
 from .programs import in_float64, program
@@ -32,8 +33,7 @@ __all__ = ["Result"]
 
 
 def _spectrum_range(gaussian, args, kwargs):
-    w = gaussian.curvature.spectrum()[0]
-    return w[0], w[-1]
+    return eigenvalue_range(gaussian.curvature)
 
 
 def _support_bounds(info, mean, args, kwargs):

@@ -197,7 +197,8 @@ def sbc(model, *args, num_datasets: int = 200, rng_key=None, num_samples: int = 
         warnings.simplefilter("ignore")  # failed fits are reported in the result
         # one call: compile fast (the batch programs' run time is small next to compiling them)
         lm.run_many(key_fit, *args, _sbc_data=data, batch_axes=axes, on_failure="warn", **kwargs,
-                    compiler_options=options.get("compiler_options", FAST_COMPILE))
+                    compiler_options=FAST_COMPILE if options.get("compiler_options", "auto") == "auto"
+                    else options["compiler_options"])
         d = lm.diagnostics()
     failed = np.flatnonzero(~(np.asarray(d["finite"]) & np.asarray(d["positive_definite"])))
     ok = np.setdiff1d(np.arange(num_datasets), failed)

@@ -44,6 +44,12 @@ class SiteSpec(NamedTuple):
     offset: int  # first index of the site in the flat vector
     size: int
     plates: tuple = ()  # names of the plates the site sits in
+    plate_dims: tuple = ()  # (name, dim, size) of each of those plates
+
+    @property
+    def batch_ndim(self) -> int:
+        """Leading (batch) dims of the basis coordinates."""
+        return len(self.basis_shape) - self.basis_event_dim
 
 
 class Layout(NamedTuple):
@@ -51,6 +57,7 @@ class Layout(NamedTuple):
 
     sites: tuple
     size: int
+    observed_size: int = 0  # numbers in the observed sites' values (a memory estimate's input)
 
     def site(self, name: str) -> SiteSpec:
         for s in self.sites:
@@ -179,7 +186,7 @@ def _check_latent_site(site, subsampled_plates):
 
 def trace_sites(model, args, kwargs, choice: SiteChoice, init_strategy, rng_key) -> Layout:
     """Run the model abstractly and describe its latent sites (see :class:`SiteSpec`)."""
-    found = []
+    found, observed = [], []
     # only array arguments are traced: Python numbers stay concrete (plate sizes)
     leaves, treedef = jax.tree.flatten((args, kwargs))
     is_array = [isinstance(leaf, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct)) for leaf in leaves]
@@ -207,8 +214,11 @@ def trace_sites(model, args, kwargs, choice: SiteChoice, init_strategy, rng_key)
             y = t.inv(site["value"])
             found.append((name, tuple(jnp.shape(site["value"])), basis.name, family.name,
                           type(site["fn"]).__name__, t.domain.event_dim,
-                          tuple(f.name for f in site["cond_indep_stack"])))
+                          tuple(f.name for f in site["cond_indep_stack"]),
+                          tuple((f.name, f.dim, f.size) for f in site["cond_indep_stack"])))
             out[name] = y
+        observed.append(sum(int(np.prod(jnp.shape(site["value"]))) for site in tr.values()
+                            if site["type"] == "sample" and site["is_observed"]))
         return out
 
     shapes = jax.eval_shape(run, rng_key, [x for x, a in zip(leaves, is_array) if a])
@@ -219,11 +229,12 @@ def trace_sites(model, args, kwargs, choice: SiteChoice, init_strategy, rng_key)
             f"model; its latent sites are {[f[0] for f in found]}."
         )
     sites, offset = [], 0
-    for name, shape, basis, family, prior, event_dim, plates in found:
+    for name, shape, basis, family, prior, event_dim, plates, plate_dims in found:
         basis_shape = tuple(shapes[name].shape)
         size = math.prod(basis_shape)
-        sites.append(SiteSpec(name, shape, basis_shape, event_dim, basis, family, prior, offset, size, plates))
+        sites.append(SiteSpec(name, shape, basis_shape, event_dim, basis, family, prior, offset, size, plates,
+                              plate_dims))
         offset += size
     if not sites:
         raise ValueError("the model has no latent sample sites: there is nothing to infer.")
-    return Layout(tuple(sites), offset)
+    return Layout(tuple(sites), offset, observed[0] if observed else 0)

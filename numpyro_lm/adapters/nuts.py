@@ -77,7 +77,7 @@ def _fitted(lm):
         raise ValueError("a warm start needs one fit: this LaplaceMatching holds run_many's batch of fits. Fit the "
                          "data set you want to sample with run().")
     names = tuple(sorted(s.name for s in lm.layout.sites))
-    compiled = program(_moments, lm.model_info, names, compiler_options=lm.compiler_options)
+    compiled = program(_moments, lm.model_info, names, compiler_options=lm._require().compiler_options)
     return names, compiled((lm.gaussian,), lm.model_args, lm.model_kwargs)
 
 

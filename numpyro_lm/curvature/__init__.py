@@ -1,6 +1,8 @@
 """Curvature: the precision of a Laplace Gaussian as data with operations (see :mod:`.base`)."""
 
-from .base import Curvature, Gaussian, covariance, singular_floor
+from .base import Curvature, Gaussian, covariance, eigenvalue_range, singular_floor
+from .arrowhead import ArrowheadCurvature
 from .dense import CholeskyCurvature, DenseCurvature
 
-__all__ = ["Curvature", "Gaussian", "DenseCurvature", "CholeskyCurvature", "covariance", "singular_floor"]
+__all__ = ["Curvature", "Gaussian", "DenseCurvature", "CholeskyCurvature", "ArrowheadCurvature", "covariance", "singular_floor",
+           "eigenvalue_range"]

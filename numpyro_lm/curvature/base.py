@@ -36,7 +36,7 @@ from typing import NamedTuple, Protocol, runtime_checkable
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["Curvature", "Gaussian", "covariance", "singular_floor"]
+__all__ = ["Curvature", "Gaussian", "covariance", "singular_floor", "eigenvalue_range"]
 
 
 @runtime_checkable
@@ -71,6 +71,15 @@ def singular_floor(eigenvalues):
     """
     d = eigenvalues.shape[-1]
     return jnp.sqrt(d) * jnp.finfo(eigenvalues.dtype).eps * jnp.max(jnp.abs(eigenvalues))
+
+
+def eigenvalue_range(curvature):
+    """``(lowest, highest)`` eigenvalue of ``H``: exact from ``spectrum()``, or the structured
+    curvature's ``extreme_eigenvalues()`` estimate where a full spectrum would cost ``O(D^3)``."""
+    if hasattr(curvature, "extreme_eigenvalues"):
+        return curvature.extreme_eigenvalues()
+    w = curvature.spectrum()[0]
+    return w[0], w[-1]
 
 
 def covariance(curvature) -> jnp.ndarray:
