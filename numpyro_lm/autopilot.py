@@ -95,14 +95,19 @@ def moment_fit(info, fitted: JointFit, flat, log_weights, args, kwargs) -> Joint
 def _attempt(name: str, result, seconds: float) -> Attempt:
     verdict = result.verdicts()[0]
     khat = float(result.weights()[2].khat)
-    return Attempt(name, verdict.trusted, khat, max(verdict.shift.values(), default=0.0), seconds,
-                   verdict.reasons)
+    shifts = [v for v in verdict.shift.values() if not np.isnan(v)]  # NaN: weights too unreliable to say
+    return Attempt(name, verdict.trusted, khat, max(shifts, default=float("nan") if verdict.shift else 0.0),
+                   seconds, verdict.reasons)
 
 
 def _badness(attempt: Attempt, result) -> tuple:
-    """Order of the untrusted attempts: a reliable k-hat first, then the smallest shift."""
+    """Order of the untrusted attempts: a reliable k-hat first, then the smallest shift; among
+    those whose weights are too unreliable to measure a shift, the candidates' own order
+    (nested Laplace over hyperparameters is the right summary by construction)."""
     threshold = result.verdicts()[0].khat_threshold
-    return (not attempt.pareto_k <= threshold, attempt.max_shift, attempt.pareto_k)
+    if attempt.pareto_k <= threshold:
+        return (False, attempt.max_shift, attempt.pareto_k)
+    return (True, CANDIDATES.index(attempt.candidate), attempt.pareto_k)
 
 
 def run_auto(info, options: FitOptions, rng_key, args, kwargs, init_params=None, *, num_samples: int,
@@ -137,7 +142,10 @@ def run_auto(info, options: FitOptions, rng_key, args, kwargs, init_params=None,
         # over hyperparameters the joint mode is the wrong summary (numpyro_lm.structure)
         result, ok = attempt("nested", lambda: run_nested(info, options, hyper, rng_key, args, kwargs, init_params,
                                                           **common))
-        if ok:
+        if ok or (result is not None and options.curvature == "arrowhead"):
+            # a large model: its joint mode is the wrong summary over the hyperparameters, and
+            # joint importance weights over 10^3-10^5 coordinates are unreliable for any
+            # approximation (small errors per coordinate add up), so no rung below can do better
             return result, trail
 
     laplace, ok = attempt("laplace", lambda: run_joint(info, options, rng_key, args, kwargs, init_params, **common))

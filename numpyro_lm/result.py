@@ -27,7 +27,7 @@ from .diagnostics import KHAT_OK, importance_resample, khat_verdict, psis
 from .posterior import MatchedPosterior, site_distribution
 from .programs import in_float64, program
 from .random import host_generator
-from .verdict import EDGE, importance_shift, judge, verdict_sentence
+from .verdict import EDGE, importance_shift, judge, khat_threshold, verdict_sentence
 
 __all__ = ["Result"]
 
@@ -40,10 +40,17 @@ def _support_bounds(info, mean, args, kwargs):
     return info.support_bounds(mean, args, kwargs)
 
 
-def diagnostic_samples(num_samples: int, dim: int, batch_size: int = 1) -> int:
+WORK_BUDGET = 400_000_000
+"""Numbers (latent and observed values) the verdict's log densities may touch per batch."""
+
+
+def diagnostic_samples(num_samples: int, dim: int, batch_size: int = 1, work: int = 0) -> int:
     """Draws behind the verdict: at least ``num_samples`` and up to 4000 (a k-hat from 1000
-    draws varies by +-0.3 between seeds near 0.7), within about 2e7 numbers per batch."""
-    return int(max(num_samples, min(4000, max(1000, 20_000_000 // (dim * batch_size)))))
+    draws varies by +-0.3 between seeds near 0.7), within about 2e7 numbers per batch; for
+    models of ``work`` latent and observed numbers beyond :data:`WORK_BUDGET` / 1000, fewer
+    (at least 200: a 10^5-group GLMM's weights would take a minute for 1000 draws)."""
+    n = int(max(num_samples, min(4000, max(1000, 20_000_000 // (dim * batch_size)))))
+    return min(n, max(200, WORK_BUDGET // (max(work, 1) * batch_size)))
 
 
 class Result:
@@ -53,7 +60,8 @@ class Result:
                  batch: Optional[Batch] = None):
         self.info, self.args, self.kwargs, self.rng_key = info, tuple(args), dict(kwargs), rng_key
         self.num_samples, self.compiler_options, self.batch = num_samples, compiler_options, batch
-        self.num_diagnostic_samples = diagnostic_samples(num_samples, info.size, 1 if batch is None else batch.padded)
+        self.num_diagnostic_samples = diagnostic_samples(num_samples, info.size, 1 if batch is None else batch.padded,
+                                                         info.size + info.layout.observed_size)
         self._draws, self._weights = {}, {}
         self._posterior = self._mode_trace = self._refused = self._spectrum = self._verdicts = None
         self.trail = None  # the auto-pilot's attempts (numpyro_lm.autopilot.Attempt), if it chose this fit
@@ -139,10 +147,11 @@ class Result:
                 self._draws[n] = self._new_draws(n)
         return self._draws[n]
 
-    def weights(self):
+    def weights(self, num_samples: Optional[int] = None):
         """``(log p, log q, PSIS)`` of the ``num_diagnostic_samples`` draws behind the verdict
-        (their first ``num_samples`` are :meth:`get_samples`'s; a list of PSIS for a batch)."""
-        n = self.num_diagnostic_samples
+        (their first ``num_samples`` are :meth:`get_samples`'s where there are as many; a list
+        of PSIS for a batch), or of ``num_samples`` draws."""
+        n = self.num_diagnostic_samples if num_samples is None else num_samples
         if n not in self._weights:
             flat = self.draws(n)[1]
             log_p, log_q = self.unpad(self._new_weights(n, flat))
@@ -188,8 +197,8 @@ class Result:
             np.asarray(x), index.reshape(index.shape + (1,) * (np.ndim(x) - 2)), axis=1), samples)
 
     def extra_fields(self, group_by_chain: bool = False) -> dict:
-        log_p, log_q, _ = self.weights()
         n = self.num_samples  # the draws of get_samples()
+        log_p, log_q, _ = self.weights(max(n, self.num_diagnostic_samples))
         log_p, log_q = log_p[..., :n], log_q[..., :n]
         fields = {"lp": log_p, "log_q": log_q, "log_weight": log_p - log_q}
         if group_by_chain:
@@ -264,6 +273,9 @@ class Result:
             for i, w in enumerate(rows):
                 shift = {}
                 for site in self.info.layout.sites:
+                    if not w.khat <= khat_threshold(len(w.log_weights)):  # unreliable weights: not used
+                        shift[site.name] = float("nan")
+                        continue
                     x = np.asarray(samples[site.name] if self.batch is None else samples[site.name][i])
                     shift[site.name] = float(np.max(importance_shift(x, w.log_weights), initial=0.0))
                 edge = [s.name for s in edges if np.any(np.abs(mean[i, s.offset:s.offset + s.size]) > EDGE)]

@@ -3,6 +3,7 @@
 from .base import Curvature, Gaussian, covariance, eigenvalue_range, singular_floor
 from .arrowhead import ArrowheadCurvature
 from .dense import CholeskyCurvature, DenseCurvature
+from .diagonal import DiagonalCurvature
 
-__all__ = ["Curvature", "Gaussian", "DenseCurvature", "CholeskyCurvature", "ArrowheadCurvature", "covariance", "singular_floor",
+__all__ = ["Curvature", "Gaussian", "DenseCurvature", "CholeskyCurvature", "ArrowheadCurvature", "DiagonalCurvature", "covariance", "singular_floor",
            "eigenvalue_range"]

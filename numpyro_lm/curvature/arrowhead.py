@@ -266,6 +266,18 @@ class ArrowheadCurvature(NamedTuple):
         low = 1.0 / power(self.solve)
         return jnp.where(self.positive(), low, -jnp.inf), high
 
+    def diagonal(self):
+        """The precision's diagonal ``(D,)``."""
+        return self._join(jnp.diagonal(self.a, axis1=-2, axis2=-1), jnp.diagonal(self.c))
+
+    def uncoupled(self):
+        """``(D,)``: the coordinates the precision couples to no other."""
+        eye_b = jnp.eye(self.a.shape[-1], dtype=bool)
+        local = jnp.all((self.a == 0) | eye_b, axis=-1) & jnp.all(self.b == 0, axis=-1)
+        eye_g = jnp.eye(self.c.shape[-1], dtype=bool)
+        glob = jnp.all((self.c == 0) | eye_g, axis=-1) & jnp.all(self.b == 0, axis=(0, 1))
+        return self._join(local, glob)
+
     def failing_blocks(self):
         """``(per local block: not positive definite (J,), the Schur complement is not)``."""
         diagonal = jnp.diagonal(self.a_chol, axis1=-2, axis2=-1)

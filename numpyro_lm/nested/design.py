@@ -18,6 +18,9 @@ __all__ = ["LATTICE", "MAX_HALF", "CCD_F0", "MAX_CCD_DIM", "BATCH", "CELL_BOUND"
 
 # (step, log-density drop) of the lattice in standardised units, by dimension
 LATTICE = {1: (0.5, 8.0), 2: (0.75, 9.0), 3: (1.0, 10.5)}
+# ... for large models, where each point is an expensive inner fit (marginal.coarse): the
+# cells' local quadratics integrate a near-Gaussian marginal as well at twice the step
+LATTICE_COARSE = {1: (1.0, 8.0), 2: (1.0, 9.0), 3: (1.25, 10.5)}
 MAX_HALF = 10.0  # the lattice's extent, standardised units from the mode
 CCD_F0 = 1.1
 MAX_CCD_DIM = 10
@@ -40,7 +43,7 @@ class NestedDesign(NamedTuple):
     log_weights: np.ndarray  # (K,) normalised
     x_mode: np.ndarray  # (K, Dx) conditional modes
     x_mean: np.ndarray  # (K, Dx) conditional means: the modes moved by mean_shift
-    x_cov: np.ndarray  # (K, Dx, Dx) conditional covariances
+    x_cov: np.ndarray  # (K, Dx, Dx) conditional covariances (None where they are structured)
     x_slope: np.ndarray  # (K, Dx, d) d x_mean / d z: x | theta ~ N(x_mean_k + slope_k (z - z_k), x_cov_k)
     cell_slope: np.ndarray  # (K, d) lattice: log p~ inside the cell is g.u - sum c u^2 / 2, u = z - z_k
     cell_curvature: np.ndarray  # (K, d) (zeros for a CCD)
@@ -49,6 +52,8 @@ class NestedDesign(NamedTuple):
     edge_mass: float  # weight of the design's edge (lattice)
     num_outer_iter: int
     num_evaluations: int  # inner Laplace fits, the mode search's included
+    x_var: np.ndarray = None  # (K, Dx) conditional variances
+    x_curvature: object = None  # the K conditional precisions where structured (host arrays), else None
 
 
 def _neighbours(point):
@@ -62,7 +67,7 @@ def lattice(marginal: Callable, mode, scale, x_mode):
     Returns ``(step, z (K, d), PointFits of the K points, on-edge mask (K,))``.
     """
     d = mode.size
-    step, drop = LATTICE[d]
+    step, drop = (LATTICE_COARSE if getattr(marginal, "coarse", False) else LATTICE)[d]
     limit = int(round(MAX_HALF / step))
     points, waves, modes = [], [], {}
     wave, starts = [(0,) * d], [np.asarray(x_mode)]
@@ -88,7 +93,7 @@ def lattice(marginal: Callable, mode, scale, x_mode):
                     following[n] = x if behind is None or not np.all(np.isfinite(behind)) else 2 * x - behind
         # fill the last batch of inner fits with the next ring out (free: padding otherwise)
         ring = list(following.items())
-        room = -len(following) % BATCH
+        room = -len(following) % getattr(marginal, "batch", BATCH)
         while room and ring:
             ahead = {}
             for point, x in ring:
@@ -285,7 +290,7 @@ def integrate(marginal: Callable, search: ModeSearch, theta_index, x_index, slop
         slope = _least_squares_slope(z[finite], np.asarray(fits.x + fits.shift, np.float64)[finite])
         slopes = np.broadcast_to(slope, (len(z),) + slope.shape)
         g = c = np.zeros_like(z)
-    ok = np.isfinite(log_w) & np.all(np.isfinite(fits.cov), axis=(1, 2))
+    ok = np.isfinite(log_w) & np.all(np.isfinite(fits.var), axis=1)
     log_w = np.where(ok, log_w, -np.inf)
     log_w = log_w - (np.max(log_w) + np.log(np.sum(np.exp(log_w - np.max(log_w)))))
     w = np.exp(log_w)
@@ -294,8 +299,10 @@ def integrate(marginal: Callable, search: ModeSearch, theta_index, x_index, slop
     return NestedDesign(
         kind=kind, theta_index=theta_index, x_index=x_index, mode=mode, scale=scale, step=step, sigma=sigma,
         z=z[keep], theta=mode + z[keep] @ scale.T, log_weights=log_w[keep] - np.log(np.sum(w[keep])),
-        x_mode=np.asarray(kept.x, np.float64), x_mean=np.asarray(kept.x + kept.shift, np.float64), x_cov=np.asarray(kept.cov, np.float64),
+        x_mode=np.asarray(kept.x, np.float64), x_mean=np.asarray(kept.x + kept.shift, np.float64),
+        x_cov=None if kept.cov is None else np.asarray(kept.cov, np.float64),
         x_slope=np.asarray(slopes)[keep] * slope_cols[:, None], cell_slope=g[keep], cell_curvature=c[keep],
         point_params=kept.params, uncoupled=np.all(kept.uncoupled, axis=0), edge_mass=float(np.sum(w[edge])),
         num_outer_iter=search.num_iter, num_evaluations=search.num_evaluations + len(z),
+        x_var=np.asarray(kept.var, np.float64), x_curvature=kept.curvature,
     )

@@ -18,17 +18,22 @@ import numpy as np
 from jax import lax
 from tqdm.auto import tqdm
 
-from ..curvature import DenseCurvature, Gaussian
+from ..curvature import DenseCurvature, DiagonalCurvature, Gaussian
+from ..families import get_family
+from ..hessian import (ArrowheadHessian, PlateStructure, check_dense_memory, plate_structure, structure_message,
+                       structure_tol)
+from ..marginals import is_elementwise
 from ..errors import FitChecks, check_fit
 from ..fit import FitOptions, constrained, initial_point, log_densities
 from ..marginals import finite_params, matched_params
-from ..programs import program
+from ..programs import in_float64, program
 from ..random import host_generator
 from ..structure import hyperparameters
 from ..result import Result
 from .design import BATCH, MAX_CCD_DIM, NestedDesign, ccd_points, integrate
-from .inner import conditional_fit, matched_normaliser, mean_shift, point_params, quantile_sites, site_values
-from .mixture import draw, mixture_moments
+from .inner import (conditional_fit, matched_normaliser, mean_shift, point_params, quantile_sites, site_values,
+                    structured_mean_shift)
+from .mixture import draw, mixture_block, mixture_moments, mixture_variances
 from .search import ModeSearch, NonFiniteStart, explore
 
 __all__ = ["NestedResult", "hyper_sites", "run_nested"]
@@ -68,8 +73,28 @@ def hyper_sites(layout, hyper, parents=None) -> list:
     return chosen
 
 
-def _inner(info, tol, max_iter, theta_index: tuple, gaussian_cols: tuple, thetas, x0s, with_shift, args, kwargs):
+def inner_hessian(layout, theta_index: tuple, curvature: str, plate=None):
+    """The inner fits' Hessian strategy over the coordinates outside ``theta_index``: dense, or
+    the plate's block-arrowhead structure with the hyperparameters taken out of its globals
+    (``None`` where a hyperparameter lies inside the plate: the inner fits are then dense)."""
+    if curvature == "dense":
+        return None
+    structure = plate_structure(layout, plate)
+    hyper = np.asarray(theta_index, int)
+    position = np.full(layout.size, -1)
+    x_index = np.setdiff1d(np.arange(layout.size), hyper)
+    position[x_index] = np.arange(x_index.size)
+    if structure is None or np.any(position[structure.local_index] < 0):
+        return None
+    glob = position[structure.global_index]
+    return ArrowheadHessian(PlateStructure(structure.plate, position[structure.local_index].astype(np.int32),
+                                           glob[glob >= 0].astype(np.int32)))
+
+
+def _inner(info, tol, max_iter, theta_index: tuple, gaussian_cols: tuple, curvature: str, plate, thetas, x0s,
+           with_shift, args, kwargs):
     """The inner fits at a batch of points (the program :func:`run_nested` compiles)."""
+    hessian = inner_hessian(info.layout, theta_index, curvature, plate)
     layout, theta_index, gaussian_cols = info.layout, np.asarray(theta_index), np.asarray(gaussian_cols, bool)
 
     def neg(theta, x):
@@ -78,19 +103,32 @@ def _inner(info, tol, max_iter, theta_index: tuple, gaussian_cols: tuple, thetas
     # one point after another (lax.map), not vmap: a point's fit compiles without the batching
     # transformation (a quarter less compile time of a nested fit, the same run time), and
     # each point's Newton iterations stop when it converges
-    fits, curvature = lax.map(lambda tx: conditional_fit(neg, tx[0], tx[1], tol, max_iter), (thetas, x0s))
+    fits, curvature = lax.map(lambda tx: conditional_fit(neg, tx[0], tx[1], tol, max_iter, hessian), (thetas, x0s))
     shift = jnp.zeros_like(fits.x)
     if np.any(gaussian_cols):  # only the design's points need it (not the mode search's)
+        if hessian is None:
+            def shifted(a):
+                return mean_shift(neg, *a)
+        else:
+            def shifted(a):
+                return structured_mean_shift(neg, *a, hessian)
         shift = lax.cond(
             with_shift,
-            lambda: jnp.where(gaussian_cols, lax.map(lambda a: mean_shift(neg, *a), (thetas, fits.x, curvature)), 0.0),
+            lambda: jnp.where(gaussian_cols, lax.map(shifted, (thetas, fits.x, curvature)), 0.0),
             lambda: shift,
         )
-    params = point_params(layout, theta_index, fits.x, jax.vmap(lambda c: c.variance())(curvature))
+    params = point_params(layout, theta_index, fits.x, fits.var)
     log_density = fits.log_density + matched_normaliser(
         layout, theta_index, fits.x, fits.precision_diagonal, fits.uncoupled, params
     )
     return fits._replace(log_density=log_density, params=params, shift=shift)
+
+
+def _match_diagonal(info, mean, var, block_index, block_cov, args, kwargs):
+    """:func:`_match` for a mixture summarised by its variances and the event sites' covariance."""
+    gaussian = Gaussian(mean, DiagonalCurvature(1.0 / var, block_index, block_cov))
+    params = matched_params(info.layout, gaussian)
+    return gaussian, params, finite_params(params), gaussian.curvature.positive()
 
 
 def _match(info, mean, cov, args, kwargs):
@@ -178,21 +216,40 @@ def run_nested(info, options: FitOptions, hyper, rng_key, args, kwargs, init_par
     def run(fn, *static):
         return program(fn, *static, compiler_options=compiler_options)
 
-    inner = run(_inner, info, options.tolerance(dtype), options.max_iter, tuple(int(i) for i in theta_index),
-                tuple(bool(c) for c in gaussian_cols))
+    hyper_key = tuple(int(i) for i in theta_index)
+    structured = inner_hessian(layout, hyper_key, options.curvature, options.plate) is not None
+    if not structured and options.curvature != "dense":
+        check_dense_memory(layout, np.dtype(dtype).itemsize, "the nested fit's hyperparameters lie in the plate.")
+    block_index = _event_columns(layout, theta_index) if structured else None
+    inner = run(_inner, info, options.tolerance(dtype), options.max_iter, hyper_key,
+                tuple(bool(c) for c in gaussian_cols), options.curvature, options.plate)
     bar = tqdm(desc="nested Laplace inner fits", unit="fit", disable=not progress_bar, delay=2.0)
+    # inner fits per compiled call: padding a batch costs whole fits, which large models
+    # cannot spare; small ones share one compilation between stencil, line search and design
+    batch = 1 if structured else BATCH
 
     def marginal(thetas, x0s, with_shift=False):
         # fixed-size batches: one compilation serves the stencil, the line search and the
         # design; padding and gathering on the host (eager JAX slicing costs more than the fit)
         bar.update(len(thetas))
-        n, pad = len(thetas), -len(thetas) % BATCH
+        n, pad = len(thetas), -len(thetas) % batch
         arrays = [np.asarray(a, dtype) for a in (thetas, x0s)]
         arrays = [np.concatenate([a, np.broadcast_to(a[:1], (pad,) + a.shape[1:])]) for a in arrays]
         flag = np.asarray(with_shift)
-        parts = jax.device_get([inner((arrays[0][i : i + BATCH], arrays[1][i : i + BATCH], flag), args, kwargs)
-                                for i in range(0, n + pad, BATCH)])
-        return jax.tree.map(lambda *a: np.concatenate(a)[:n], *parts)
+        parts = [call((arrays[0][i : i + batch], arrays[1][i : i + batch], flag)) for i in range(0, n + pad, batch)]
+        fits = jax.tree.map(lambda *a: np.concatenate(a)[:n], *parts)
+        if structured:
+            _check_structure(layout, options.plate, fits.structure_error, dtype)
+        return fits
+
+    marginal.batch, marginal.coarse = batch, structured
+
+    def call(arrays):
+        if structured:
+            # a large model's Laplace marginal is a difference of sums of 10^5-10^6 terms:
+            # below float32's resolution (an ulp of 1e6 is 0.06), so its inner fits run in float64
+            return in_float64(inner, arrays, args, kwargs)
+        return jax.device_get(inner(arrays, args, kwargs))
 
     def start_point():
         point = run(initial_point, info, options)((rng_key, init_params), args, kwargs)
@@ -220,15 +277,64 @@ def run_nested(info, options: FitOptions, hyper, rng_key, args, kwargs, init_par
     # the mixture's mean and covariance in the basis: the Gaussian-mixture moments for sites
     # drawn from their conditional Gaussians, the draws' moments where the draws went
     # through each design point's matched family
-    mean_all, cov_all = mixture_moments(design, size)
     result = NestedResult(info, args, kwargs, rng_key, hyper, design, search, num_samples, compiler_options)
     # the verdict's draws (get_samples' are their first num_samples: one program to compile)
     flat = np.asarray(result.draws(result.num_diagnostic_samples)[1], np.float64)
-    mean_all[mapped] = flat[:, mapped].mean(0)
-    cov_draws = np.cov(flat.T).reshape(size, size)
-    cov_all[mapped, :] = cov_draws[mapped, :]
-    cov_all[:, mapped] = cov_draws[:, mapped]
-    # host arrays throughout: an eager jnp conversion compiles a program of its own
-    result.match(run(_match, info)((np.asarray(mean_all, dtype), np.asarray(cov_all, dtype)), args, kwargs))
+    if structured:
+        # large models: each coordinate's mean and variance (the matched families are
+        # elementwise); the draws keep the mixture's correlations
+        mean_all, var_all = mixture_variances(design, size)
+        mean_all[mapped] = flat[:, mapped].mean(0)
+        var_all[mapped] = flat[:, mapped].var(0, ddof=1)
+        position = np.full(size, -1)
+        position[x_index] = np.arange(x_index.size)
+        block_cov = mixture_block(design, position[block_index]) if block_index.size else np.zeros((0, 0))
+        moments = (np.asarray(mean_all, dtype), np.asarray(var_all, dtype), block_index.astype(np.int32),
+                   np.asarray(block_cov, dtype))
+        result.match(run(_match_diagonal, info)(moments, args, kwargs))
+    else:
+        mean_all, cov_all = mixture_moments(design, size)
+        mean_all[mapped] = flat[:, mapped].mean(0)
+        cov_draws = np.cov(flat.T).reshape(size, size)
+        cov_all[mapped, :] = cov_draws[mapped, :]
+        cov_all[:, mapped] = cov_draws[:, mapped]
+        # host arrays throughout: an eager jnp conversion compiles a program of its own
+        result.match(run(_match, info)((np.asarray(mean_all, dtype), np.asarray(cov_all, dtype)), args, kwargs))
     check_fit(layout, result.checks(), result.gaussian.curvature)
     return result
+
+
+EVENT_BLOCK_MAX = 2000
+"""Most coordinates of sites matched per event vector in a large nested fit (their joint covariance is dense)."""
+
+
+def _event_columns(layout, theta_index) -> np.ndarray:
+    """Flat coordinates of the sites a large nested fit matches per event vector (their
+    covariance is kept dense: :class:`~numpyro_lm.curvature.DiagonalCurvature`'s block);
+    refuses such sites among the hyperparameters, or too many of them."""
+    hyper = set(int(i) for i in theta_index)
+    cols = []
+    for site in layout.sites:
+        family = get_family(site.family, site.basis)
+        if is_elementwise(site, family):
+            continue
+        if site.offset in hyper:
+            raise ValueError(
+                f"site {site.name!r}: a hyperparameter matched per event vector ({site.family!r}) is not supported "
+                "by a nested fit with a structured (block-arrowhead) curvature. Leave it out of hyper=, or use "
+                "strategy='laplace'.")
+        cols.append(np.arange(site.offset, site.offset + site.size))
+    cols = np.concatenate(cols) if cols else np.zeros(0, int)
+    if cols.size > EVENT_BLOCK_MAX:
+        raise ValueError(
+            f"a nested fit with a structured curvature keeps a dense covariance over the sites matched per event "
+            f"vector; this model has {cols.size} such coordinates (at most {EVENT_BLOCK_MAX}). Use "
+            "strategy='laplace', or families={site: 'gaussian'} with an elementwise basis.")
+    return cols
+
+
+def _check_structure(layout, plate, errors, dtype):
+    """Refuse inner fits whose block-arrowhead structure did not hold (:mod:`numpyro_lm.hessian`)."""
+    worst = float(np.nanmax(np.asarray(errors, np.float64), initial=0.0))
+    if worst > structure_tol(dtype):
+        raise ValueError(structure_message(layout, plate, worst, dtype))

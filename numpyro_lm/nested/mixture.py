@@ -14,7 +14,53 @@ from ..families.base import basis_log_prob
 from .design import NestedDesign, cell_draws, cell_moments
 from .inner import quantile_sites, x_positions
 
-__all__ = ["mixture_moments", "draw"]
+__all__ = ["mixture_moments", "mixture_variances", "mixture_block", "draw"]
+
+
+def _cells(design: NestedDesign):
+    """Per point: the cell's mean and variances of ``z - z_k`` (a CCD's points carry no spread)."""
+    # on a lattice z - z_k has the cell's density (mean m_k, variances v_k per axis) and
+    # x's mean follows it along the point's slope
+    if design.kind == "lattice":
+        _, m, v = cell_moments(design.cell_slope, design.cell_curvature, design.step)
+        return m, v
+    return np.zeros_like(design.z), np.zeros_like(design.z)
+
+
+def mixture_variances(design: NestedDesign, size: int):
+    """Mean and variance of each flat coordinate under the design's mixture: the diagonal of
+    :func:`mixture_moments`, in ``O(K D)`` (structured conditionals of large models)."""
+    w = np.exp(design.log_weights)
+    ti, xi = design.theta_index, design.x_index
+    slope, scale = design.x_slope, design.scale
+    m, v = _cells(design)
+    theta = design.theta + m @ scale.T
+    x_mean = design.x_mean + np.einsum("kia,ka->ki", slope, m)
+    mean, var = np.zeros(size), np.zeros(size)
+    mean[ti], mean[xi] = w @ theta, w @ x_mean
+    var[ti] = w @ (theta - mean[ti]) ** 2 + np.einsum("ia,k,ka->i", scale**2, w, v)
+    var[xi] = w @ design.x_var + w @ (x_mean - mean[xi]) ** 2 + np.einsum("kia,k,ka->i", slope**2, w, v)
+    return mean, var
+
+
+@jax.jit
+def _curvature_block(curvature, cols):
+    return curvature.block(cols)
+
+
+def mixture_block(design: NestedDesign, cols: np.ndarray) -> np.ndarray:
+    """The mixture's covariance over the conditional coordinates ``cols`` (positions in ``x``)
+    from structured conditionals: each point's block of its curvature, the spread of the
+    points' means and their slopes across a lattice cell (:func:`mixture_moments`' terms)."""
+    w = np.exp(design.log_weights)
+    m, v = _cells(design)
+    x_mean = design.x_mean[:, cols] + np.einsum("kia,ka->ki", design.x_slope[:, cols], m)
+    d = x_mean - w @ x_mean
+    cov = (d * w[:, None]).T @ d + np.einsum("kia,k,ka,kja->ij", design.x_slope[:, cols], w, v, design.x_slope[:, cols])
+    for k in range(w.size):
+        curvature = jax.tree.map(lambda a: a[k], design.x_curvature)
+        cov += w[k] * np.asarray(jax.device_get(_curvature_block(curvature, cols)), np.float64)
+    return 0.5 * (cov + cov.T)
 
 
 def mixture_moments(design: NestedDesign, size: int):
@@ -22,12 +68,7 @@ def mixture_moments(design: NestedDesign, size: int):
     w = np.exp(design.log_weights)
     ti, xi = design.theta_index, design.x_index
     slope, scale = design.x_slope, design.scale
-    # on a lattice z - z_k has the cell's density (mean m_k, variances v_k per axis) and
-    # x's mean follows it along the point's slope; a CCD's points carry no spread
-    if design.kind == "lattice":
-        _, m, v = cell_moments(design.cell_slope, design.cell_curvature, design.step)
-    else:
-        m = v = np.zeros_like(design.z)
+    m, v = _cells(design)
     theta = design.theta + m @ scale.T
     x_mean = design.x_mean + np.einsum("kia,ka->ki", slope, m)
     mean = np.zeros(size)
@@ -75,6 +116,29 @@ def _by_point(k, eps, chol):
     return out
 
 
+@jax.jit
+def _inv_sqrt(curvature, eps):
+    return curvature.inv_sqrt(eps), -0.5 * curvature.logdet()
+
+
+def _structured_noise(k, eps, curvatures):
+    """``(S_{k_n} eps_n per draw, log det S per point)`` for structured curvatures (host arrays
+    of K stacked curvatures); the draws of a point go in blocks of a power of two (few shapes to compile)."""
+    out = np.empty_like(eps)
+    num_points = jax.tree.leaves(curvatures)[0].shape[0]
+    log_det = np.full(num_points, np.nan)
+    dtype = jnp.result_type(float)
+    for j in np.unique(k):
+        rows = np.flatnonzero(k == j)
+        size = 1 << int(np.ceil(np.log2(rows.size)))
+        block = np.zeros((size, eps.shape[1]), dtype)
+        block[: rows.size] = eps[rows]
+        curvature = jax.tree.map(lambda a: a[j], curvatures)
+        noise, log_det[j] = jax.device_get(_inv_sqrt(curvature, block))
+        out[rows] = np.asarray(noise, np.float64)[: rows.size]
+    return out, log_det
+
+
 def draw(rng: np.random.Generator, design: NestedDesign, layout, num_samples: int):
     """``(flat draws (n, D), log_q)`` from the design's mixture (module docstring).
 
@@ -98,17 +162,20 @@ def draw(rng: np.random.Generator, design: NestedDesign, layout, num_samples: in
         # the conditional of the nearest design point
         k = np.argmin(np.sum((z[:, None, :] - design.z[None]) ** 2, -1), axis=1)
         u = z - design.z[k]
-    chol = np.linalg.cholesky(design.x_cov)
     eps = rng.standard_normal((num_samples, design.x_mode.shape[1]))
     x_mean = design.x_mean[k] + np.einsum("nia,na->ni", design.x_slope[k], u)
-    x = x_mean + _by_point(k, eps, chol)
+    if design.x_cov is None:  # structured conditionals: S_k eps on the device, point by point
+        noise, log_det = _structured_noise(k, eps, design.x_curvature)
+    else:
+        chol = np.linalg.cholesky(design.x_cov)
+        noise, log_det = _by_point(k, eps, chol), np.sum(np.log(np.diagonal(chol, axis1=1, axis2=2)), axis=1)
+    x = x_mean + noise
     flat = np.zeros((num_samples, size))
     flat[:, design.theta_index] = theta
     flat[:, design.x_index] = x
-    log_det = np.sum(np.log(np.diagonal(chol, axis1=1, axis2=2)), axis=1)
     log_q = log_q - 0.5 * np.sum(eps**2, 1) - log_det[k] - 0.5 * x.shape[1] * math.log(2 * math.pi)
     positions = x_positions(layout, design.theta_index)
-    var = np.diagonal(design.x_cov, axis1=1, axis2=2)
+    var = design.x_var
     dtype = jnp.result_type(float)
     mapped = []
     for site, family in quantile_sites(layout, design.theta_index):

@@ -75,7 +75,8 @@ def explore(marginal: Callable, theta0, x0, max_iter: int = 50, tol: float = 1e-
     ``marginal(thetas (K, d), x0s (K, Dx), with_shift=False) -> PointFits``.
 
     Newton ascent with central differences at 0.2 current posterior SDs (0.05 basis units
-    at the start), backtracking over 8 step lengths evaluated in one call.
+    at the start), backtracking over 8 step lengths evaluated in one call (one at a time,
+    longest first, where ``marginal.batch`` is 1: large models fit one point per call).
     Returns a :class:`ModeSearch`.
     """
     theta = np.asarray(theta0, np.float64)
@@ -114,8 +115,17 @@ def explore(marginal: Callable, theta0, x0, max_iter: int = 50, tol: float = 1e-
             return found()
         h = np.clip(0.2 * sd, 1e-3, 0.5)
         lengths = 0.5 ** np.arange(8)
-        candidates = theta + lengths[:, None] * step
-        cand_logp, cand_x = at(candidates)
+        if getattr(marginal, "batch", None) == 1:
+            # one inner fit per call (large models): backtrack one length at a time
+            candidates, cand_logp, cand_x, best = theta[None], np.array([-np.inf]), x_ref[None], 0
+            for length in lengths:
+                candidates = theta[None] + length * step
+                cand_logp, cand_x = at(candidates)
+                if cand_logp[0] > logp[0]:
+                    break
+        else:
+            candidates = theta + lengths[:, None] * step
+            cand_logp, cand_x = at(candidates)
         best = int(np.argmax(np.where(np.isfinite(cand_logp), cand_logp, -np.inf)))
         if cand_logp[best] > logp[0]:
             theta, x_ref = candidates[best], cand_x[best]
