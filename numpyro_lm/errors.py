@@ -39,6 +39,8 @@ def _where(data_set: Optional[int]) -> str:
 def not_positive_definite(layout, curvature, data_set: Optional[int] = None) -> NotPositiveDefiniteError:
     """The error for a curvature that is not positive definite, naming the coordinates of its
     flat directions (their share of the offending eigenvectors)."""
+    if hasattr(curvature, "failing_blocks"):
+        return _structured_not_positive_definite(layout, curvature, data_set)
     eigval, eigvec = jax.device_get(curvature.spectrum())
     dtype = np.asarray(eigval).dtype
     eigval, eigvec = np.asarray(eigval, np.float64), np.asarray(eigvec, np.float64)
@@ -71,6 +73,27 @@ def not_positive_definite(layout, curvature, data_set: Optional[int] = None) -> 
         f"{_where(data_set)}the negative Hessian at the mode is {what}; the flat directions involve {where}. "
         f"Likely cause: {hint}. As a last resort pass regularize=<ridge> to LaplaceMatching (this "
         "changes the posterior)."
+    )
+
+
+def _structured_not_positive_definite(layout, curvature, data_set) -> NotPositiveDefiniteError:
+    """:func:`not_positive_definite` for a block-arrowhead curvature: which plate entries' blocks,
+    or the global coordinates' Schur complement, failed (no dense spectrum of 10^5 coordinates)."""
+    local, schur = jax.device_get(curvature.failing_blocks())
+    bad = np.flatnonzero(np.asarray(local))
+    index = np.asarray(jax.device_get(curvature.local_index))
+    parts = []
+    if bad.size:
+        names = ", ".join(layout.coordinate(int(i)) for i in index[bad[:3]].ravel())
+        parts.append(f"the local blocks of {bad.size} plate entries (the first: {names})")
+    if bool(schur) or not bad.size:
+        glob = np.asarray(jax.device_get(curvature.global_index))
+        parts.append("the global coordinates once the local ones are eliminated (" +
+                     ", ".join(layout.coordinate(int(i)) for i in glob[:5]) + (" ..." if glob.size > 5 else "") + ")")
+    return NotPositiveDefiniteError(
+        f"{_where(data_set)}the negative Hessian at the mode is not positive definite (or numerically singular) "
+        f"in {' and '.join(parts)}. Likely cause: a direction the data and priors do not identify there; give "
+        "it a proper prior, use float64, or as a last resort pass regularize=<ridge> (this changes the posterior)."
     )
 
 

@@ -40,7 +40,7 @@ from .optimize import NewtonState, default_tol, newton_many
 from .programs import merge_inputs
 from .refine import Refinement, refine
 
-__all__ = ["FitOptions", "Starts", "DEFAULT_STARTS", "MULTI_START_MAX_DIM", "default_starts", "spread_points", "JointFit", "initial_point", "start", "resume", "finish", "refine_fit", "matched_fit", "fit", "fit_many", "draw", "weigh", "log_densities", "constrained", "map_rows", "ROW_BUDGET"]
+__all__ = ["FitOptions", "Starts", "DEFAULT_STARTS", "MULTI_START_MAX_DIM", "default_starts", "spread_points", "JointFit", "initial_point", "start", "resume", "finish", "refine_fit", "matched_fit", "fit", "fit_many", "draw", "weigh", "log_densities", "constrained", "map_rows", "ROW_BUDGET", "origin_point", "ORIGIN_OFFSET"]
 
 
 class FitOptions(NamedTuple):
@@ -123,7 +123,7 @@ def default_starts(dim: int, num_starts: Optional[int] = None) -> int:
 
 
 def spread_points(num: int, dim: int, half_width: float = 2.0) -> np.ndarray:
-    """``(num, dim)`` points spread evenly over ``(-half_width, half_width)^dim``: the
+    r"""``(num, dim)`` points spread evenly over ``(-half_width, half_width)^dim``: the
     Kronecker (R_d) low-discrepancy sequence, :math:`u_i = \{1/2 + i\,\alpha\}` with
     :math:`\alpha_j = \varphi_d^{-j}` and :math:`\varphi_d` the root of
     :math:`x^{d+1} = x + 1` (Roberts 2018, "The unreasonable effectiveness of quasirandom
@@ -144,6 +144,19 @@ def _spread_mask(layout) -> np.ndarray:
     return mask
 
 
+ORIGIN_OFFSET = 1e-3
+"""How far from the basis origin the default search starts (basis units)."""
+
+
+def origin_point(layout) -> np.ndarray:
+    """The default starting point: the basis origin moved by :data:`ORIGIN_OFFSET` times a
+    :func:`spread_points` direction (one-to-one bases only). Exactly at the origin a GLMM's
+    linear predictor is exactly 0, where numpyro's ``Bernoulli(logits=...)`` has the wrong
+    gradient (``binary_cross_entropy_with_logits``' ``clip`` and ``abs`` at their kinks: 1
+    instead of 0.5 for ``log_prob(1)``), and the first Newton step goes astray."""
+    return ORIGIN_OFFSET * spread_points(1, layout.size)[0] * _spread_mask(layout)
+
+
 def start(info: ModelInfo, options: FitOptions, at_origin: bool, until: int, rng_key, init_params, args,
           kwargs):
     """The mode search from the initial point up to ``until`` Newton evaluations:
@@ -151,12 +164,13 @@ def start(info: ModelInfo, options: FitOptions, at_origin: bool, until: int, rng
     starting points (:func:`spread_points`) run one after another in the program and the
     state of the highest log density is kept; :class:`Starts` records where each ended.
 
-    ``at_origin``: start at the basis origin (no model trace, no PRNG program to compile);
+    ``at_origin``: start next to the basis origin (:func:`origin_point`: no model trace, no
+    PRNG program to compile);
     else at :func:`initial_point`.
     """
     dtype = jnp.result_type(float)
     if at_origin:
-        x0 = jnp.zeros(info.size, dtype)
+        x0 = jnp.asarray(origin_point(info.layout), dtype)
     else:
         x0 = initial_point(info, options, rng_key, init_params, args, kwargs)
     log_density = _log_density(info, args, kwargs)
@@ -243,7 +257,8 @@ def fit_many(info: ModelInfo, options: FitOptions, at_origin: bool, block: int, 
 
     def begin(key, params, d):
         args, kwargs = arguments(d)
-        x0 = jnp.zeros(info.size, dtype) if at_origin else initial_point(info, options, key, params, args, kwargs)
+        x0 = (jnp.asarray(origin_point(info.layout), dtype) if at_origin
+              else initial_point(info, options, key, params, args, kwargs))
         return laplace_init(_log_density(info, args, kwargs), x0, method=options.method, tol=tol,
                             max_iter=options.max_iter, hessian=_hessian(info, options))
 

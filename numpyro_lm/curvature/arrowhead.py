@@ -39,6 +39,7 @@ The block algebra vectorises over the :math:`J` blocks (column loops of array op
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import jax
@@ -70,9 +71,9 @@ def _upper_solve(l, v):
     return jax.vmap(lambda m, x: substitution(jnp.swapaxes(m, -1, -2), x, lower=False))(l, v)
 
 
-def _is_factor(l):
-    diagonal = jnp.diagonal(l, axis1=-2, axis2=-1)
-    return jnp.all(jnp.isfinite(l)) & jnp.all(diagonal > 0)
+def _columns(v):
+    """``(..., G)`` -> ``(G, n)``, the leading dims flattened into ``n`` columns (``G`` may be 0)."""
+    return v.reshape((math.prod(v.shape[:-1]), v.shape[-1])).T
 
 
 def arrowhead_factor(a, b, c):
@@ -86,6 +87,8 @@ def arrowhead_factor(a, b, c):
 def _absolute(m):
     """``|M|``: the symmetric matrices ``m (..., k, k)`` with their eigenvalues made positive
     (floored at ``eps`` of the largest)."""
+    if m.shape[-1] == 0:
+        return m
     if m.shape[-1] == 1:
         floor = jnp.finfo(m.dtype).eps * jnp.maximum(jnp.max(jnp.abs(m)), 1.0)
         return jnp.maximum(jnp.abs(m), floor)
@@ -166,26 +169,32 @@ class ArrowheadCurvature(NamedTuple):
         return jnp.moveaxis(cols, -1, 0).reshape(lead + cols.shape[:2])
 
     def positive(self):
-        return _is_factor(self.a_chol) & _is_factor(self.s_chol) & self._conditioned()
+        local, schur = self.failing_blocks()
+        return ~jnp.any(local) & ~schur
 
-    def _conditioned(self):
-        # each pivot is numerically zero below the rounding of what it was eliminated from:
-        # a local block's own largest pivot, and for the Schur complement the global block C
-        # (S = C - sum B'U cancels relative to C); a floor from the largest eigenvalue of
-        # all of H (the dense rule) would call 10^5 well-determined random effects singular
-        # next to fixed effects that 10^6 observations pin down
+    def failing_blocks(self):
+        """``(per local block: not numerically positive definite (J,), the Schur complement is not)``.
+
+        Each pivot is numerically zero below the rounding of what it was eliminated from: a
+        local block's own largest pivot, and for the Schur complement the global block ``C``
+        (``S = C - sum B'U`` cancels relative to ``C``); a floor from the largest eigenvalue of
+        all of ``H`` (the dense rule) would call 10^5 well-determined random effects singular
+        next to fixed effects that 10^6 observations pin down.
+        """
         eps = jnp.finfo(self.a.dtype).eps
         local = jnp.diagonal(self.a_chol, axis1=-2, axis2=-1) ** 2
         local_floor = jnp.sqrt(local.shape[-1]) * eps * jnp.max(local, axis=-1, keepdims=True)
+        local_ok = jnp.all(jnp.isfinite(self.a_chol), axis=(-2, -1)) & jnp.all(local > local_floor, axis=-1)
         schur = jnp.diagonal(self.s_chol) ** 2
-        schur_floor = jnp.sqrt(schur.shape[-1]) * eps * jnp.max(jnp.abs(jnp.diagonal(self.c)))
-        return jnp.all(local > local_floor) & jnp.all(schur > schur_floor)
+        schur_floor = jnp.sqrt(schur.shape[-1]) * eps * jnp.max(jnp.abs(jnp.diagonal(self.c)), initial=0.0)
+        schur_ok = jnp.all(jnp.isfinite(self.s_chol)) & jnp.all(schur > schur_floor)
+        return ~local_ok, ~schur_ok
 
     def solve(self, v):
         vl, vg = self._split(v)
         cols, lead = self._blocks_of(vl)
         y = _upper_solve(self.a_chol, _lower_solve(self.a_chol, cols))  # A^-1 v_L: (J, b, n)
-        rhs = vg.reshape((-1, vg.shape[-1])).T - jnp.einsum("jig,jin->gn", self.b, y)
+        rhs = _columns(vg) - jnp.einsum("jig,jin->gn", self.b, y)
         xg = jax.scipy.linalg.cho_solve((self.s_chol, True), rhs)  # (G, n)
         xl = y - jnp.einsum("jig,gn->jin", self.u, xg)
         return self._join(self._from_blocks(xl, lead), xg.T.reshape(lead + (-1,)))
@@ -193,14 +202,14 @@ class ArrowheadCurvature(NamedTuple):
     def inv_sqrt(self, eps):
         el, eg = self._split(eps)
         cols, lead = self._blocks_of(el)
-        xg = jax.scipy.linalg.solve_triangular(self.s_chol.T, eg.reshape((-1, eg.shape[-1])).T, lower=False)
+        xg = jax.scipy.linalg.solve_triangular(self.s_chol.T, _columns(eg), lower=False)
         xl = _upper_solve(self.a_chol, cols) - jnp.einsum("jig,gn->jin", self.u, xg)
         return self._join(self._from_blocks(xl, lead), xg.T.reshape(lead + (-1,)))
 
     def whiten(self, d):
         dl, dg = self._split(d)
         cols, lead = self._blocks_of(dl)
-        flat_g = dg.reshape((-1, dg.shape[-1])).T  # (G, n)
+        flat_g = _columns(dg)  # (G, n)
         wl = jnp.einsum("jki,jkn->jin", self.a_chol, cols + jnp.einsum("jig,gn->jin", self.u, flat_g))
         wg = self.s_chol.T @ flat_g
         return self._join(self._from_blocks(wl, lead), wg.T.reshape(lead + (-1,)))
@@ -277,10 +286,3 @@ class ArrowheadCurvature(NamedTuple):
         eye_g = jnp.eye(self.c.shape[-1], dtype=bool)
         glob = jnp.all((self.c == 0) | eye_g, axis=-1) & jnp.all(self.b == 0, axis=(0, 1))
         return self._join(local, glob)
-
-    def failing_blocks(self):
-        """``(per local block: not positive definite (J,), the Schur complement is not)``."""
-        diagonal = jnp.diagonal(self.a_chol, axis1=-2, axis2=-1)
-        local = ~(jnp.all(jnp.isfinite(diagonal), axis=-1) & jnp.all(diagonal > 0, axis=-1))
-        return local, ~_is_factor(self.s_chol)
-

@@ -24,7 +24,7 @@ from ..hessian import (ArrowheadHessian, PlateStructure, check_dense_memory, pla
                        structure_tol)
 from ..marginals import is_elementwise
 from ..errors import FitChecks, check_fit
-from ..fit import FitOptions, constrained, initial_point, log_densities
+from ..fit import FitOptions, constrained, initial_point, log_densities, origin_point
 from ..marginals import finite_params, matched_params
 from ..programs import in_float64, program
 from ..random import host_generator
@@ -257,7 +257,7 @@ def run_nested(info, options: FitOptions, hyper, rng_key, args, kwargs, init_par
 
     at_origin = options.init_strategy is None and init_params is None
     with bar:
-        start = np.zeros(size) if at_origin else start_point()
+        start = origin_point(layout) if at_origin else start_point()
         try:
             search = explore(marginal, start[theta_index], start[x_index])
         except NonFiniteStart:

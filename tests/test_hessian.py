@@ -1,0 +1,190 @@
+"""Hessian strategies (numpyro_lm.hessian): the block-arrowhead structure read from a plate,
+its coloured Hessian-vector products against the dense Hessian, the probe that catches a
+plate whose entries interact, the choice of curvature and the memory guard."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+
+from numpyro_lm import LaplaceMatching
+from numpyro_lm.curvature import ArrowheadCurvature, DenseCurvature
+from numpyro_lm.hessian import (ARROWHEAD_MIN_DIM, ArrowheadHessian, DenseHessian, DenseMemoryError, PlateStructure,
+                                check_dense_memory, choose_curvature, dense_bytes, plate_structure, structure_tol)
+from numpyro_lm.fit import origin_point
+from numpyro_lm.model import model_info
+from numpyro_lm.optimize import newton, newton_init, value_grad_hessian
+
+
+def glmm(x, group, num_groups, y=None):
+    """Logistic GLMM: two fixed effects, a scale, a non-centred random intercept and slope per group."""
+    beta = numpyro.sample("beta", dist.Normal(0, 1).expand([2]).to_event(1))
+    sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
+    with numpyro.plate("groups", num_groups):
+        z = numpyro.sample("z", dist.Normal(0, 1))
+        w = numpyro.sample("w", dist.Normal(0, 0.5))
+    eta = beta[0] + beta[1] * x + sigma * z[group] + w[group] * x
+    with numpyro.plate("obs", x.shape[0]):
+        numpyro.sample("y", dist.Bernoulli(logits=eta), obs=y)
+
+
+def glmm_data(num_groups, per_group=6, seed=0, dtype=np.float32):
+    rng = np.random.default_rng(seed)
+    group = np.repeat(np.arange(num_groups), per_group).astype(np.int32)
+    x = rng.normal(size=group.size).astype(dtype)
+    eta = -0.3 + 0.8 * x + 0.7 * rng.normal(size=num_groups)[group]
+    y = (rng.uniform(size=group.size) < 1 / (1 + np.exp(-eta))).astype(dtype)
+    return (x, group, num_groups), {"y": y}
+
+
+def coupled(num, y=None):
+    """z sits in a plate, but the likelihood sees its cumulative sum: the entries interact."""
+    with numpyro.plate("steps", num):
+        z = numpyro.sample("z", dist.Normal(0, 1))
+    numpyro.sample("y", dist.Normal(jnp.cumsum(z), 0.5).to_event(1), obs=y)
+
+
+def test_plate_structure_partitions_the_coordinates():
+    args, kwargs = glmm_data(7)
+    layout = model_info(glmm, args, kwargs).layout
+    structure = plate_structure(layout)
+    assert structure.plate == "groups"
+    assert structure.sizes == (7, 2, 3)  # (z_j, w_j) per group; beta (2) and sigma global
+    everything = np.sort(np.concatenate([structure.local_index.ravel(), structure.global_index]))
+    np.testing.assert_array_equal(everything, np.arange(layout.size))
+    z, w = layout.site("z"), layout.site("w")
+    np.testing.assert_array_equal(structure.local_index[3], [z.offset + 3, w.offset + 3])
+
+
+def test_coloured_hessian_equals_the_dense_one():
+    """b + G + 1 = 6 Hessian-vector products give every entry of the 3 + 2 x 9 coordinates'
+    Hessian (float64: the comparison is about exactness, up to rounding)."""
+    with jax.enable_x64(True):
+        args, kwargs = glmm_data(9, dtype=np.float64)
+        info = model_info(glmm, args, kwargs)
+        fn = lambda x: -info.log_density(x, args, kwargs)  # noqa: E731
+        x = jnp.asarray(np.random.default_rng(1).normal(size=info.size) * 0.3)
+        hessian = ArrowheadHessian(plate_structure(info.layout))
+        value, grad, blocks, error = hessian.evaluate(fn, x)
+        dense_value, dense_grad, dense = value_grad_hessian(fn, x)
+        structured = hessian.curvature(blocks).precision
+        np.testing.assert_allclose(structured, dense, atol=1e-12)
+        np.testing.assert_allclose(grad, dense_grad, atol=1e-12)
+        assert float(error) < 1e-12
+
+
+def test_probe_catches_entries_that_interact():
+    with jax.enable_x64(True):
+        y = np.random.default_rng(0).normal(size=12)
+        info = model_info(coupled, (12,), {"y": y})
+        hessian = ArrowheadHessian(plate_structure(info.layout, "steps"))
+        _, _, _, error = hessian.evaluate(lambda x: -info.log_density(x, (12,), {"y": y}), jnp.zeros(12))
+        assert float(error) > 0.1  # cumsum couples every pair of steps: far from the 1.5e-8 limit
+
+
+def test_a_plate_whose_entries_interact_is_refused():
+    y = np.random.default_rng(0).normal(size=12).astype(np.float32)
+    lm = LaplaceMatching(coupled, curvature="arrowhead", strategy="laplace", progress_bar=False)
+    with pytest.raises(ValueError, match="plate 'steps' does not hold"):
+        lm.run(jax.random.PRNGKey(0), 12, y=y)
+    assert lm._result is None  # a failed call leaves the object as it was
+
+
+def test_arrowhead_newton_finds_the_dense_mode_and_curvature():
+    with jax.enable_x64(True):
+        args, kwargs = glmm_data(15, dtype=np.float64)
+        info = model_info(glmm, args, kwargs)
+        fn = lambda x: -info.log_density(x, args, kwargs)  # noqa: E731
+        x0 = jnp.asarray(origin_point(info.layout))  # not 0: numpyro's Bernoulli gradient at logits 0 is wrong
+        arrow = ArrowheadHessian(plate_structure(info.layout))
+        s_arrow = newton(fn, newton_init(x0, arrow), 1e-9, 100, arrow)
+        s_dense = newton(fn, newton_init(x0), 1e-9, 100)
+        assert bool(s_arrow.converged) and bool(s_dense.converged)
+        np.testing.assert_allclose(s_arrow.x, s_dense.x, atol=1e-8)
+        c_arrow = arrow.curvature(s_arrow.hess)
+        c_dense = DenseHessian().curvature(s_dense.hess)
+        np.testing.assert_allclose(c_arrow.variance(), c_dense.variance(), rtol=1e-8)
+        np.testing.assert_allclose(c_arrow.logdet(), c_dense.logdet(), rtol=1e-10)
+
+
+def test_saddle_step_is_a_descent_direction():
+    """Where H is not positive definite the step comes from |A_j| and |S| (module docstring of
+    curvature.arrowhead): still a descent direction."""
+    rng = np.random.default_rng(2)
+    j, b, g = 6, 2, 2
+    a = rng.normal(size=(j, b, b))
+    a = a + np.swapaxes(a, 1, 2)  # indefinite blocks
+    blocks = (jnp.asarray(a), jnp.asarray(rng.normal(size=(j, b, g))), jnp.asarray(np.diag([-1.0, 2.0])))
+    hessian = ArrowheadHessian(PlateStructure("p", np.arange(j * b).reshape(j, b).astype(np.int32),
+                                              np.arange(j * b, j * b + g).astype(np.int32)))
+    grad = jnp.asarray(rng.normal(size=j * b + g))
+    step, decrement, _, positive = hessian.step(grad, blocks)
+    assert not bool(positive)
+    assert float(grad @ step) < 0 and float(decrement) > 0
+
+
+def test_auto_picks_the_arrowhead_above_the_threshold():
+    small, _ = glmm_data(20)
+    large, _ = glmm_data(ARROWHEAD_MIN_DIM // 2 + 10)
+    layout = lambda args: model_info(glmm, args, glmm_data(args[2])[1]).layout  # noqa: E731
+    assert choose_curvature(layout(small)) == "dense"
+    assert choose_curvature(layout(large)) == "arrowhead"
+    assert choose_curvature(layout(large), "dense") == "dense"
+
+
+def test_large_fit_uses_the_arrowhead_and_agrees_with_dense():
+    """J = 260 groups (D = 523): the default picks the arrowhead; the joint Laplace Gaussian
+    equals the dense fit's to float32 rounding (the same mode and precision)."""
+    args, kwargs = glmm_data(260, per_group=4)
+    fits = {}
+    for curvature in ("auto", "dense"):
+        lm = LaplaceMatching(glmm, strategy="laplace", curvature=curvature, progress_bar=False)
+        with pytest.warns(Warning):  # joint PSIS over 523 coordinates: not trusted
+            lm.run(jax.random.PRNGKey(0), *args, **kwargs)
+        fits[curvature] = lm
+    assert isinstance(fits["auto"].state.curvature, ArrowheadCurvature)
+    assert isinstance(fits["dense"].state.curvature, DenseCurvature)
+    g_auto, g_dense = fits["auto"].gaussian, fits["dense"].gaussian
+    sd = np.sqrt(np.asarray(g_dense.curvature.variance()))
+    # float32: both searches stop within 1e-3 posterior SDs of the mode (default_tol)
+    np.testing.assert_array_less(np.abs(np.asarray(g_auto.mean - g_dense.mean)) / sd, 5e-3)
+    np.testing.assert_allclose(np.sqrt(g_auto.curvature.variance()), sd, rtol=1e-3)
+
+
+def test_memory_guard_refuses_before_allocating():
+    def wide(y=None):
+        w = numpyro.sample("w", dist.Normal(0, 1).expand([200_000]).to_event(1))
+        numpyro.sample("y", dist.Normal(w, 1).to_event(1), obs=y)
+
+    assert dense_bytes(200_000, 200_000, 4) > 1e12
+    lm = LaplaceMatching(wide, progress_bar=False)
+    with pytest.raises(DenseMemoryError, match="200000 latent coordinates.*numpyro.plate"):
+        lm.run(jax.random.PRNGKey(0), y=np.zeros(200_000, np.float32))
+    info = model_info(wide, (), {"y": jax.ShapeDtypeStruct((200_000,), np.float32)})
+    with pytest.raises(DenseMemoryError):
+        check_dense_memory(info.layout, 4, "test.")
+
+
+def test_structure_tolerance_follows_the_precision():
+    assert structure_tol(np.float32) == pytest.approx(np.sqrt(np.finfo(np.float32).eps))
+    assert structure_tol(np.float64) < 1e-7
+
+
+def test_an_unidentified_local_block_is_named():
+    """Two local coordinates that only enter as a sum: each group's block is singular; the
+    error names plate entries instead of decomposing 3 x 300 coordinates."""
+    def model(group, y=None):
+        mu = numpyro.sample("mu", dist.Normal(0, 1))
+        with numpyro.plate("groups", 300):
+            a = numpyro.sample("a", dist.ImproperUniform(dist.constraints.real, (), ()))
+            b = numpyro.sample("b", dist.ImproperUniform(dist.constraints.real, (), ()))
+        with numpyro.plate("obs", group.size):
+            numpyro.sample("y", dist.Normal(mu + a[group] + b[group], 1.0), obs=y)
+
+    group = np.repeat(np.arange(300), 2).astype(np.int32)
+    y = np.random.default_rng(0).normal(size=group.size).astype(np.float32)
+    lm = LaplaceMatching(model, strategy="laplace", curvature="arrowhead", progress_bar=False)
+    with pytest.raises(ValueError, match="local blocks of .* plate entries"):
+        lm.run(jax.random.PRNGKey(0), group, y=y)
