@@ -44,6 +44,7 @@ import numpy as np
 
 from .curvature import DenseCurvature
 from .fit import FitOptions, JointFit, matched_fit, refine_fit
+from .hessian import StructureError
 from .joint import JointResult, run_joint
 from .laplace import LaplaceState
 from .nested import run_nested
@@ -123,6 +124,8 @@ def run_auto(info, options: FitOptions, rng_key, args, kwargs, init_params=None,
         try:
             result = make()
             result.verdicts()
+        except StructureError:  # the curvature, not the candidate, failed: LaplaceMatching changes it
+            raise
         except ValueError as error:  # a candidate that cannot be fitted: the next may be
             first_error = first_error or error
             trail.append(Attempt(name, False, float("nan"), float("nan"), time.perf_counter() - t0, (str(error),)))

@@ -49,7 +49,7 @@ from .optimize import newton_step, value_grad_hessian
 
 __all__ = ["DenseHessian", "ArrowheadHessian", "PlateStructure", "plate_structure", "structure_tol",
            "ARROWHEAD_MIN_DIM", "GLOBAL_MAX", "LOCAL_MAX", "dense_bytes", "available_bytes", "check_dense_memory",
-           "DenseMemoryError", "structure_message", "choose_curvature", "hessian_for"]
+           "DenseMemoryError", "StructureError", "structure_message", "choose_curvature", "hessian_for"]
 
 ARROWHEAD_MIN_DIM = 500
 """``curvature="auto"`` uses a plate's block-arrowhead structure above this many coordinates
@@ -217,6 +217,10 @@ def _factor_positive(factor):
 
 
 # ---------------------------------------------------------------- memory
+
+
+class StructureError(ValueError):
+    """A structured curvature whose structure does not hold at the fit (:func:`structure_message`)."""
 
 
 class DenseMemoryError(MemoryError):

@@ -22,7 +22,7 @@ from . import fit as joint_fit
 from .batch import Batch, pad, take
 from .errors import FitChecks, check_fit, convergence_warning, fit_error
 from .fit import FitOptions, JointFit
-from .hessian import structure_message, structure_tol
+from .hessian import StructureError, structure_message, structure_tol
 from .optimize import running
 from .programs import program
 from .result import Result
@@ -209,7 +209,7 @@ def _check(result: JointResult, fetched, on_failure: str):
         error = float(np.max(np.asarray(jax.device_get(result.state.info.structure_error))))
         dtype = result.state.mode.dtype
         if not error <= structure_tol(dtype):
-            raise ValueError(structure_message(layout, result.options.plate, error, dtype))
+            raise StructureError(structure_message(layout, result.options.plate, error, dtype))
     if result.batch is None:
         check_fit(layout, result.checks(fetched)[0], result.state.curvature)
         return

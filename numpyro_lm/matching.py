@@ -30,7 +30,7 @@ from .batch import batch_of, pad, pad_inputs
 from .fallback import run_fallback
 from .errors import NotPositiveDefiniteError, check_options
 from .fit import FitOptions, default_starts
-from .hessian import check_dense_memory, choose_curvature
+from .hessian import StructureError, check_dense_memory, choose_curvature
 from .joint import run_joint
 from .model import ModelInfo, model_info
 from .nested import run_nested
@@ -143,16 +143,16 @@ class LaplaceMatching:
                                             families=self.families)
         return self._infos[cache]
 
-    def _options(self, info: ModelInfo) -> FitOptions:
-        curvature = choose_curvature(info.layout, self.curvature, self.plate)
+    def _options(self, info: ModelInfo, curvature: Optional[str] = None) -> FitOptions:
+        curvature = curvature or choose_curvature(info.layout, self.curvature, self.plate)
         if curvature == "arrowhead":  # Newton steps cost O(D): no L-BFGS warm start needed
             method = "newton" if self.method == "auto" else self.method
         else:
             method = self.method if self.method != "auto" else ("newton" if info.size <= self.newton_max_dim
                                                                   else "lbfgs")
-            check_dense_memory(info.layout, jnp.dtype(jnp.result_type(float)).itemsize,
-                               "curvature='dense' was asked for." if self.curvature == "dense"
-                               else "no plate of the model gives a block-arrowhead structure.")
+            why = {"dense": "curvature='dense' was asked for.",
+                   "auto": "no plate of the model gives a block-arrowhead structure that holds."}[self.curvature]
+            check_dense_memory(info.layout, jnp.dtype(jnp.result_type(float)).itemsize, why)
         return FitOptions(method, self.tol, self.max_iter, self.regularize, self.refine, self.refine_num_samples,
                           self.refine_max_iter, self.init_strategy, default_starts(info.size, self.num_starts),
                           curvature, self.plate)
@@ -169,14 +169,14 @@ class LaplaceMatching:
         common = dict(num_samples=self.num_samples,
                       compiler_options=resolve_compiler_options(self.compiler_options, info.layout),
                       progress_bar=self.progress_bar)
-        trail = None
-        if self.hyper is not None:
-            result = run_nested(info, self._options(info), self.hyper, rng_key, args, kwargs, init_params, **common)
-        elif self.strategy == "auto" and self.refine is None:
-            result, trail = run_auto(info, self._options(info), rng_key, args, kwargs, init_params, **common)
-        else:
-            result = run_joint(info, self._options(info), rng_key, args, kwargs, init_params, **common)
-        result.trail = trail
+        try:
+            result = self._fit(info, self._options(info), rng_key, args, kwargs, init_params, common)
+        except StructureError:
+            if self.curvature != "auto":
+                raise
+            # the plate's entries interact (a GP's whitened field, a regression's coefficients):
+            # the dense curvature, where it fits in memory (else check_dense_memory says so)
+            result = self._fit(info, self._options(info, "dense"), rng_key, args, kwargs, init_params, common)
         diagnostics = result.diagnostics()  # before the object changes: a failed call leaves it as it was
         previous, self._result = self._result, result  # only a fit that passed its checks replaces the last one
         if self.fallback == "nuts" and not diagnostics["trusted"]:
@@ -189,6 +189,18 @@ class LaplaceMatching:
         if not diagnostics["trusted"]:  # silence is not an answer
             warnings.warn(f"LaplaceMatching: {diagnostics['verdict']}", NotTrustedWarning, stacklevel=2)
         return self
+
+    def _fit(self, info, options: FitOptions, rng_key, args, kwargs, init_params, common):
+        """The fit ``run`` asks for (nested, the auto-pilot's or the joint one), its trail attached."""
+        trail = None
+        if self.hyper is not None:
+            result = run_nested(info, options, self.hyper, rng_key, args, kwargs, init_params, **common)
+        elif self.strategy == "auto" and self.refine is None:
+            result, trail = run_auto(info, options, rng_key, args, kwargs, init_params, **common)
+        else:
+            result = run_joint(info, options, rng_key, args, kwargs, init_params, **common)
+        result.trail = trail
+        return result
 
     def run_many(self, rng_key, *args, init_params: Optional[dict] = None, on_failure: str = "raise",
                  devices=None, batch_axes: Optional[tuple] = None, compiler_options: Optional[dict] = BATCH_COMPILE,

@@ -2,6 +2,8 @@
 its coloured Hessian-vector products against the dense Hessian, the probe that catches a
 plate whose entries interact, the choice of curvature and the memory guard."""
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,6 +12,7 @@ import numpyro.distributions as dist
 import pytest
 
 from numpyro_lm import LaplaceMatching
+from numpyro_lm.verdict import NotTrustedWarning
 from numpyro_lm.curvature import ArrowheadCurvature, DenseCurvature
 from numpyro_lm.hessian import (ARROWHEAD_MIN_DIM, ArrowheadHessian, DenseHessian, DenseMemoryError, PlateStructure,
                                 check_dense_memory, choose_curvature, dense_bytes, plate_structure, structure_tol)
@@ -132,6 +135,17 @@ def test_auto_picks_the_arrowhead_above_the_threshold():
     assert choose_curvature(layout(small)) == "dense"
     assert choose_curvature(layout(large)) == "arrowhead"
     assert choose_curvature(layout(large), "dense") == "dense"
+
+
+def test_auto_falls_back_to_dense_where_the_plate_does_not_hold():
+    """600 coordinates in a plate (auto picks the arrowhead) that the likelihood couples: the
+    probe refuses the structure and the default refits with the dense curvature."""
+    y = np.random.default_rng(0).normal(size=600).astype(np.float32)
+    lm = LaplaceMatching(coupled, strategy="laplace", progress_bar=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NotTrustedWarning)
+        lm.run(jax.random.PRNGKey(0), 600, y=y)
+    assert isinstance(lm.state.curvature, DenseCurvature)
 
 
 def test_large_fit_uses_the_arrowhead_and_agrees_with_dense():

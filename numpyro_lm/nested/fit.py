@@ -20,8 +20,8 @@ from tqdm.auto import tqdm
 
 from ..curvature import DenseCurvature, DiagonalCurvature, Gaussian
 from ..families import get_family
-from ..hessian import (ArrowheadHessian, PlateStructure, check_dense_memory, plate_structure, structure_message,
-                       structure_tol)
+from ..hessian import (ArrowheadHessian, PlateStructure, StructureError, check_dense_memory, plate_structure,
+                       structure_message, structure_tol)
 from ..marginals import is_elementwise
 from ..errors import FitChecks, check_fit
 from ..fit import FitOptions, constrained, initial_point, log_densities, origin_point
@@ -337,4 +337,4 @@ def _check_structure(layout, plate, errors, dtype):
     """Refuse inner fits whose block-arrowhead structure did not hold (:mod:`numpyro_lm.hessian`)."""
     worst = float(np.nanmax(np.asarray(errors, np.float64), initial=0.0))
     if worst > structure_tol(dtype):
-        raise ValueError(structure_message(layout, plate, worst, dtype))
+        raise StructureError(structure_message(layout, plate, worst, dtype))

@@ -1,0 +1,281 @@
+"""Large models: time, peak memory and accuracy of the default ``LaplaceMatching(model)`` as D grows.
+
+Cases (each in a fresh Python process, float32, CPU):
+
+- ``glmm_J``: a logistic GLMM, J groups with a non-centred random intercept
+  ``sigma * z_j``, five fixed effects (an intercept and four covariates), 20 observations
+  per group (D = J + 6), simulated with sigma 0.7; J = 10^3, 10^4, 10^5;
+- ``crossed``: a logistic GLMM with two crossed random intercepts (10^4 levels of the first
+  factor, 50 of the second; every observation draws its levels at random);
+- ``gp_n``: latent GP classification, whitened (``f = L z``, ``z`` in a plate of n inputs,
+  an RBF kernel of fixed amplitude 1.5 and lengthscale 0.8 with jitter 1e-5); n = 500, 2000;
+- ``sparse``: a regression with p = 10^4 coefficients, each with a local HalfCauchy scale
+  in a plate (a horseshoe without its global scale), n = 200 observations.
+
+Per case: the first ``run`` + ``get_samples`` (cold: compilation included) and a second
+with another key (warm), the process's peak resident memory after them (``VmHWM``, less
+the data's footprint before), the auto-pilot's trail and verdict; where NUTS runs (the
+GLMM at J = 10^3 and 10^4: 1 chain, 1000 + 1000 and 500 + 500, seed 1, in the same
+process after LM) its cold time and the accuracy of LM against it: the fixed effects' and
+sigma's worst ``|mean_LM - mean_NUTS| / sd_NUTS`` and the correlation of the random
+effects' posterior means; at every size the coverage of the simulated random effects by
+LM's central 90 % intervals. An error is reported as such (a refused model is a result).
+
+``python benchmarks/scale.py [case ...]`` prints the table; a run over every case writes it to
+``benchmarks/results/scale.md`` and ``docs/scale.md``, with the growth exponents of time
+and memory between J = 10^3 and 10^5 fitted on the GLMM rows.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from report import write_results  # noqa: E402
+
+from numpyro_lm import LaplaceMatching  # noqa: E402
+
+CASES = ["glmm_1000", "glmm_10000", "glmm_100000", "crossed", "gp_500", "gp_2000", "sparse"]
+NUTS_RUNS = {"glmm_1000": (1000, 1000), "glmm_10000": (500, 500)}
+
+
+# ------------------------------------------------------------------ models
+
+
+def glmm(x, group, num_groups, y=None):
+    beta = numpyro.sample("beta", dist.Normal(0, 1).expand([x.shape[1]]).to_event(1))
+    sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
+    with numpyro.plate("groups", num_groups):
+        z = numpyro.sample("z", dist.Normal(0, 1))
+    eta = x @ beta + sigma * z[group]
+    with numpyro.plate("obs", x.shape[0]):
+        numpyro.sample("y", dist.Bernoulli(logits=eta), obs=y)
+
+
+def glmm_data(num_groups, per_group=20, seed=0):
+    rng = np.random.default_rng(seed)
+    n = num_groups * per_group
+    x = np.concatenate([np.ones((n, 1)), rng.normal(size=(n, 4))], 1).astype(np.float32)
+    group = np.repeat(np.arange(num_groups), per_group).astype(np.int32)
+    u = 0.7 * rng.normal(size=num_groups)
+    eta = x @ np.array([-0.5, 0.8, -0.4, 0.3, 0.0]) + u[group]
+    y = (rng.uniform(size=n) < 1 / (1 + np.exp(-eta))).astype(np.float32)
+    return (x, group, num_groups), {"y": y}, {"effects": u}
+
+
+def crossed(x, first, second, sizes, y=None):
+    beta = numpyro.sample("beta", dist.Normal(0, 1).expand([x.shape[1]]).to_event(1))
+    s1 = numpyro.sample("s1", dist.HalfNormal(1.0))
+    s2 = numpyro.sample("s2", dist.HalfNormal(1.0))
+    with numpyro.plate("first", sizes[0]):
+        a = numpyro.sample("a", dist.Normal(0, 1))
+    with numpyro.plate("second", sizes[1]):
+        b = numpyro.sample("b", dist.Normal(0, 1))
+    eta = x @ beta + s1 * a[first] + s2 * b[second]
+    with numpyro.plate("obs", x.shape[0]):
+        numpyro.sample("y", dist.Bernoulli(logits=eta), obs=y)
+
+
+def crossed_data(sizes=(10_000, 50), per_level=20, seed=0):
+    rng = np.random.default_rng(seed)
+    n = sizes[0] * per_level
+    x = np.concatenate([np.ones((n, 1)), rng.normal(size=(n, 2))], 1).astype(np.float32)
+    first = np.repeat(np.arange(sizes[0]), per_level).astype(np.int32)
+    second = rng.integers(0, sizes[1], n).astype(np.int32)
+    ua, ub = 0.7 * rng.normal(size=sizes[0]), 0.5 * rng.normal(size=sizes[1])
+    eta = x @ np.array([-0.3, 0.5, -0.5]) + ua[first] + ub[second]
+    y = (rng.uniform(size=n) < 1 / (1 + np.exp(-eta))).astype(np.float32)
+    return (x, first, second, sizes), {"y": y}, {"effects": ua}
+
+
+def gp_classification(chol, y=None):
+    with numpyro.plate("inputs", chol.shape[0]):
+        z = numpyro.sample("z", dist.Normal(0, 1))
+    f = numpyro.deterministic("f", chol @ z)
+    with numpyro.plate("inputs", chol.shape[0]):
+        numpyro.sample("y", dist.Bernoulli(logits=f), obs=y)
+
+
+def gp_data(n, seed=0):
+    rng = np.random.default_rng(seed)
+    t = np.sort(rng.uniform(-3, 3, n))
+    k = 1.5**2 * np.exp(-0.5 * (t[:, None] - t[None, :]) ** 2 / 0.8**2) + 1e-5 * np.eye(n)
+    chol = np.linalg.cholesky(k)
+    f = chol @ rng.normal(size=n)
+    y = (rng.uniform(size=n) < 1 / (1 + np.exp(-f))).astype(np.float32)
+    return (chol.astype(np.float32),), {"y": y}, {"f": f}
+
+
+def sparse_regression(x, y=None):
+    sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
+    with numpyro.plate("coefficients", x.shape[1]):
+        lam = numpyro.sample("lam", dist.HalfCauchy(1.0))
+        beta = numpyro.sample("beta", dist.Normal(0, 0.1 * lam))
+    numpyro.sample("y", dist.Normal(x @ beta, sigma).to_event(1), obs=y)
+
+
+def sparse_data(p=10_000, n=200, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, p)).astype(np.float32)
+    beta = np.zeros(p)
+    beta[:10] = rng.normal(size=10) * 2
+    y = (x @ beta + 0.5 * rng.normal(size=n)).astype(np.float32)
+    return (x,), {"y": y}, {"effects": beta}
+
+
+def case(name):
+    """``(model, args, kwargs, truth)`` of a case."""
+    if name.startswith("glmm_"):
+        return (glmm, *glmm_data(int(name.split("_")[1])))
+    if name.startswith("gp_"):
+        return (gp_classification, *gp_data(int(name.split("_")[1])))
+    if name == "crossed":
+        return (crossed, *crossed_data())
+    if name == "sparse":
+        return (sparse_regression, *sparse_data())
+    raise KeyError(name)
+
+
+# ---------------------------------------------------------------- measures
+
+
+def peak_gib() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 2**20
+    return float("nan")
+
+
+def timed(fn):
+    start = time.perf_counter()
+    out = jax.block_until_ready(fn())
+    return time.perf_counter() - start, out
+
+
+def effects(name, samples):
+    """Draws of the case's random effects (the truth's scale): ``(S, J)``."""
+    if name.startswith("glmm_"):
+        return np.asarray(samples["sigma"])[:, None] * np.asarray(samples["z"])
+    if name == "crossed":
+        return np.asarray(samples["s1"])[:, None] * np.asarray(samples["a"])
+    if name.startswith("gp_"):
+        return np.asarray(samples["f"])
+    return np.asarray(samples["beta"])
+
+
+def coverage(draws, truth, level=0.9) -> float:
+    low, high = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2], axis=0)
+    return float(np.mean((truth >= low) & (truth <= high)))
+
+
+def assess(name: str) -> dict:
+    model, args, kwargs, truth = case(name)
+    base = peak_gib()
+    out = {"name": name}
+    lm = LaplaceMatching(model, progress_bar=False)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the verdict is reported below
+            cold, samples = timed(lambda: lm.run(jax.random.PRNGKey(0), *args, **kwargs).get_samples())
+            warm, _ = timed(lambda: lm.run(jax.random.PRNGKey(1), *args, **kwargs).get_samples())
+    except Exception as e:  # noqa: BLE001 - a refusal is a result
+        out.update(error=f"{type(e).__name__}: {e}", peak=peak_gib() - base)
+        return out
+    d = lm.diagnostics()
+    trail = " -> ".join(f"{a['candidate']} {'ok' if a['trusted'] else 'x'}" for a in d.get("trail") or [])
+    truth_key = "f" if "f" in truth else "effects"
+    draws = effects(name, samples)
+    out.update(dim=int(d["dimension"]), cold=cold, warm=warm, peak=peak_gib() - base, pareto_k=d["pareto_k"],
+               trusted=d["trusted"], trail=trail or "-", coverage=coverage(draws, truth[truth_key]))
+    if name in NUTS_RUNS:
+        from numpyro.infer import MCMC, NUTS
+
+        warmup, num = NUTS_RUNS[name]
+        mcmc = MCMC(NUTS(model), num_warmup=warmup, num_samples=num, progress_bar=False)
+        nuts_cold, ref = timed(lambda: (mcmc.run(jax.random.PRNGKey(1), *args, **kwargs), mcmc.get_samples())[1])
+        globals_lm = np.concatenate([samples["beta"], samples["sigma"][:, None]], 1)
+        globals_ref = np.concatenate([ref["beta"], ref["sigma"][:, None]], 1)
+        gap = np.abs(globals_lm.mean(0) - globals_ref.mean(0)) / globals_ref.std(0)
+        out.update(nuts=f"{warmup}+{num}", nuts_cold=nuts_cold, worst_global=float(gap.max()),
+                   worst_name=(["beta[%d]" % i for i in range(gap.size - 1)] + ["sigma"])[int(gap.argmax())],
+                   effects_corr=float(np.corrcoef(draws.mean(0), effects(name, ref).mean(0))[0, 1]))
+    return out
+
+
+def assess_fresh(name: str) -> dict:
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", name], capture_output=True, text=True)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    if out.returncode != 0 or not lines:
+        return {"name": name, "error": f"the process failed (exit {out.returncode}): {out.stderr[-500:]}"}
+    return json.loads(lines[-1])
+
+
+def row(r) -> str:
+    def f(key, fmt):
+        v = r.get(key)
+        return "-" if v is None else format(v, fmt)
+
+    if "error" in r:
+        why = " ".join(r["error"].replace("|", "/").split())[:300]
+        return f"| {r['name']} | - | raised: {why} | - | {f('peak', '.2f')} | - | - | - | - | - | - | - |"
+    return (f"| {r['name']} | {r['dim']} | {r['cold']:.1f} | {r['warm']:.1f} | {r['peak']:.2f} | "
+            f"{r['pareto_k']:.2f} | {r['trusted']} | {r['trail']} | {r['coverage']:.3f} | "
+            f"{f('nuts_cold', '.1f')} | "
+            + ("-" if "worst_global" not in r else f"{r['worst_global']:.2f} ({r['worst_name']})") + " | "
+            + f"{f('effects_corr', '.4f')} |")
+
+
+def exponents(results) -> list:
+    rows = {r["name"]: r for r in results if r["name"].startswith("glmm_") and "error" not in r}
+    if not {"glmm_1000", "glmm_100000"} <= set(rows):
+        return []
+    small, big = rows["glmm_1000"], rows["glmm_100000"]
+    ratio = np.log(big["dim"] / small["dim"])
+    grow = {k: np.log(big[k] / small[k]) / ratio for k in ("cold", "warm", "peak")}
+    return [f"- Growth between J = 10^3 and 10^5 (D {small['dim']} to {big['dim']}), fitted exponent of D: "
+            f"cold time {grow['cold']:.2f}, warm time {grow['warm']:.2f}, peak memory {grow['peak']:.2f} "
+            "(1 is linear; O(D log D) over this range is about 1.2)."]
+
+
+def main(names):
+    lines = [
+        f"jax {jax.__version__}, x64={jax.config.jax_enable_x64}, {jax.devices()[0].platform} ({os.cpu_count()} cores). "
+        "Times in seconds (run + get_samples; cold includes compilation), peak: the process's resident memory "
+        "beyond its data, GiB. coverage: the simulated random effects (GP: latent function values) inside "
+        "LM's central 90 % intervals. NUTS: 1 chain, warmup + draws; gap: the worst fixed effect or scale, "
+        "|mean LM - mean NUTS| / sd NUTS; corr: of the random effects' posterior means.",
+        "",
+        "| case | D | LM cold | LM warm | peak GiB | pareto_k | trusted | trail | coverage 90% | NUTS cold | "
+        "gap to NUTS (SD) | corr to NUTS |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    print("\n".join(lines), flush=True)
+    results = []
+    for name in names:
+        results.append(assess_fresh(name))
+        lines.append(row(results[-1]))
+        print(lines[-1], flush=True)
+    tail = exponents(results)
+    if tail:
+        lines += [""] + tail
+        print("\n" + "\n".join(tail), flush=True)
+    if set(names) == set(CASES):
+        write_results("scale", "\n".join(lines), "scale.md")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--one"]:
+        jax.block_until_ready(jnp.zeros(1) + 1)  # the backend's start-up outside the timings
+        print(json.dumps(assess(sys.argv[2]), default=float), flush=True)
+    else:
+        main(sys.argv[1:] or CASES)
