@@ -248,15 +248,22 @@ def available_bytes() -> int:
 
 
 def check_dense_memory(layout, itemsize: int, why: str):
-    """Refuse a dense curvature that would not fit in memory, naming the size and the fix."""
+    """Refuse a dense curvature that would not fit in memory, naming the size, why no structure
+    serves and the fix."""
     need, have = dense_bytes(layout.size, layout.observed_size, itemsize), available_bytes()
     if need > 0.8 * have:
+        structure = plate_structure(layout)
+        if structure is None:
+            fix = ("Put the model's local latent sites (random effects) in a numpyro.plate so that "
+                   f"curvature='auto' can use the block-arrowhead structure, with at most {LOCAL_MAX} coordinates "
+                   f"per plate entry and {GLOBAL_MAX} outside the plate.")
+        else:
+            fix = (f"Plate {structure.plate!r} has the block-arrowhead layout but its entries interact (through the "
+                   "likelihood: a regression on all of them, a covariance over them), which needs a low-rank or "
+                   "sparse curvature that numpyro_lm does not have yet: fit a smaller model, or sample with NUTS.")
         raise DenseMemoryError(
             f"a dense curvature over the model's {layout.size} latent coordinates would need about "
-            f"{need / 2**30:.1f} GiB ({have / 2**30:.1f} GiB available); {why} Put the model's local latent "
-            "sites (random effects) in a numpyro.plate so that curvature='auto' can use the block-arrowhead "
-            "structure, with at most "
-            f"{LOCAL_MAX} coordinates per plate entry and {GLOBAL_MAX} outside the plate."
+            f"{need / 2**30:.1f} GiB ({have / 2**30:.1f} GiB available); {why} {fix}"
         )
 
 

@@ -162,18 +162,32 @@ def draw(rng: np.random.Generator, design: NestedDesign, layout, num_samples: in
         # the conditional of the nearest design point
         k = np.argmin(np.sum((z[:, None, :] - design.z[None]) ** 2, -1), axis=1)
         u = z - design.z[k]
-    eps = rng.standard_normal((num_samples, design.x_mode.shape[1]))
-    x_mean = design.x_mean[k] + np.einsum("nia,na->ni", design.x_slope[k], u)
-    if design.x_cov is None:  # structured conditionals: S_k eps on the device, point by point
+    dx = design.x_mode.shape[1]
+    if design.x_cov is None:
+        # structured conditionals of a large model: S_k eps on the device, point by point,
+        # and n x D arrays kept to a few (float32 normals, one float64 copy of x)
+        eps = rng.standard_normal((num_samples, dx), dtype=np.float32)
+        quad = np.einsum("ij,ij->i", eps, eps, dtype=np.float64)
         noise, log_det = _structured_noise(k, eps, design.x_curvature)
+        del eps
+        x = noise.astype(np.float64)
+        del noise
+        for j in np.unique(k):
+            rows = np.flatnonzero(k == j)
+            x[rows] += design.x_mean[j] + u[rows] @ design.x_slope[j].T
+        mean_of = lambda cols: design.x_mean[:, cols][k] + np.einsum("nia,na->ni", design.x_slope[:, cols][k], u)  # noqa: E731
     else:
+        eps = rng.standard_normal((num_samples, dx))
+        quad = np.sum(eps**2, 1)
+        x_mean = design.x_mean[k] + np.einsum("nia,na->ni", design.x_slope[k], u)
         chol = np.linalg.cholesky(design.x_cov)
         noise, log_det = _by_point(k, eps, chol), np.sum(np.log(np.diagonal(chol, axis1=1, axis2=2)), axis=1)
-    x = x_mean + noise
+        x = x_mean + noise
+        mean_of = lambda cols: x_mean[:, cols]  # noqa: E731
     flat = np.zeros((num_samples, size))
     flat[:, design.theta_index] = theta
     flat[:, design.x_index] = x
-    log_q = log_q - 0.5 * np.sum(eps**2, 1) - log_det[k] - 0.5 * x.shape[1] * math.log(2 * math.pi)
+    log_q = log_q - 0.5 * quad - log_det[k] - 0.5 * dx * math.log(2 * math.pi)
     positions = x_positions(layout, design.theta_index)
     var = design.x_var
     dtype = jnp.result_type(float)
@@ -183,7 +197,7 @@ def draw(rng: np.random.Generator, design: NestedDesign, layout, num_samples: in
         shape = (num_samples,) + site.basis_shape
         params = {n: np.asarray(v, np.float64)[k] for n, v in design.point_params[site.name].items()}
         sd = np.sqrt(var[:, cols][k]).reshape(shape)
-        s = (x[:, cols].reshape(shape) - x_mean[:, cols].reshape(shape)) / sd
+        s = (x[:, cols].reshape(shape) - mean_of(cols).reshape(shape)) / sd
         # coordinates coupled to no other (the independence copula) are drawn from the family
         # itself where it has a host sampler; the others through its quantile function
         alone = design.uncoupled[cols].reshape(site.basis_shape) & (family.host_sample is not None)
