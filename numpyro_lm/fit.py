@@ -157,6 +157,13 @@ def origin_point(layout) -> np.ndarray:
     return ORIGIN_OFFSET * spread_points(1, layout.size)[0] * _spread_mask(layout)
 
 
+def _origin_start(info: ModelInfo, options: FitOptions) -> np.ndarray:
+    """The first search's start: the basis origin itself where other searches follow (the
+    multi-start of small models: exact where the origin is the mode, as for symmetric
+    conjugate models), else :func:`origin_point`."""
+    return np.zeros(info.size) if options.num_starts > 1 else origin_point(info.layout)
+
+
 def start(info: ModelInfo, options: FitOptions, at_origin: bool, until: int, rng_key, init_params, args,
           kwargs):
     """The mode search from the initial point up to ``until`` Newton evaluations:
@@ -164,13 +171,13 @@ def start(info: ModelInfo, options: FitOptions, at_origin: bool, until: int, rng
     starting points (:func:`spread_points`) run one after another in the program and the
     state of the highest log density is kept; :class:`Starts` records where each ended.
 
-    ``at_origin``: start next to the basis origin (:func:`origin_point`: no model trace, no
-    PRNG program to compile);
+    ``at_origin``: start at or next to the basis origin (:func:`_origin_start`: no model
+    trace, no PRNG program to compile);
     else at :func:`initial_point`.
     """
     dtype = jnp.result_type(float)
     if at_origin:
-        x0 = jnp.asarray(origin_point(info.layout), dtype)
+        x0 = jnp.asarray(_origin_start(info, options), dtype)
     else:
         x0 = initial_point(info, options, rng_key, init_params, args, kwargs)
     log_density = _log_density(info, args, kwargs)
@@ -257,7 +264,7 @@ def fit_many(info: ModelInfo, options: FitOptions, at_origin: bool, block: int, 
 
     def begin(key, params, d):
         args, kwargs = arguments(d)
-        x0 = (jnp.asarray(origin_point(info.layout), dtype) if at_origin
+        x0 = (jnp.asarray(_origin_start(info, options), dtype) if at_origin
               else initial_point(info, options, key, params, args, kwargs))
         return laplace_init(_log_density(info, args, kwargs), x0, method=options.method, tol=tol,
                             max_iter=options.max_iter, hessian=_hessian(info, options))
