@@ -18,7 +18,8 @@ the data's footprint before), the auto-pilot's trail and verdict; where NUTS run
 GLMM at J = 10^3 and 10^4: 1 chain, 1000 + 1000 and 500 + 500, seed 1, in the same
 process after LM) its cold time and the accuracy of LM against it: the fixed effects' and
 sigma's worst ``|mean_LM - mean_NUTS| / sd_NUTS`` and the correlation of the random
-effects' posterior means; at every size the coverage of the simulated random effects by
+effects' posterior means, and NUTS warm-started from LM (``warm_nuts``, 150 + 1000, what
+the verdict suggests) with its time and the same gap; at every size the coverage of the simulated random effects by
 LM's central 90 % intervals. An error is reported as such (a refused model is a result).
 
 ``python benchmarks/scale.py [case ...]`` prints the table; a run over every case writes it to
@@ -200,13 +201,26 @@ def assess(name: str) -> dict:
     if name in NUTS_RUNS:
         from numpyro.infer import MCMC, NUTS
 
+        from numpyro_lm import warm_nuts
+
+        def run_warm():  # what the verdict's hint runs: NUTS from LM's mode and covariance
+            warm = warm_nuts(lm)
+            mcmc = MCMC(warm.kernel, num_warmup=150, num_samples=1000, progress_bar=False)
+            mcmc.run(jax.random.PRNGKey(2), *args, init_params=warm.init_params, **kwargs)
+            return mcmc.get_samples()
+
+        warm_time, warm_samples = timed(run_warm)
         warmup, num = NUTS_RUNS[name]
         mcmc = MCMC(NUTS(model), num_warmup=warmup, num_samples=num, progress_bar=False)
         nuts_cold, ref = timed(lambda: (mcmc.run(jax.random.PRNGKey(1), *args, **kwargs), mcmc.get_samples())[1])
-        globals_lm = np.concatenate([samples["beta"], samples["sigma"][:, None]], 1)
-        globals_ref = np.concatenate([ref["beta"], ref["sigma"][:, None]], 1)
-        gap = np.abs(globals_lm.mean(0) - globals_ref.mean(0)) / globals_ref.std(0)
+        def global_gap(draws):
+            ours = np.concatenate([draws["beta"], draws["sigma"][:, None]], 1)
+            theirs = np.concatenate([ref["beta"], ref["sigma"][:, None]], 1)
+            return np.abs(ours.mean(0) - theirs.mean(0)) / theirs.std(0)
+
+        gap = global_gap(samples)
         out.update(nuts=f"{warmup}+{num}", nuts_cold=nuts_cold, worst_global=float(gap.max()),
+                   warm_time=warm_time, warm_gap=float(global_gap(warm_samples).max()),
                    worst_name=(["beta[%d]" % i for i in range(gap.size - 1)] + ["sigma"])[int(gap.argmax())],
                    effects_corr=float(np.corrcoef(draws.mean(0), effects(name, ref).mean(0))[0, 1]))
     return out
@@ -227,12 +241,12 @@ def row(r) -> str:
 
     if "error" in r:
         why = " ".join(r["error"].replace("|", "/").split())[:300]
-        return f"| {r['name']} | - | raised: {why} | - | {f('peak', '.2f')} | - | - | - | - | - | - | - |"
+        return f"| {r['name']} | - | raised: {why} | - | {f('peak', '.2f')} | - | - | - | - | - | - | - | - | - |"
     return (f"| {r['name']} | {r['dim']} | {r['cold']:.1f} | {r['warm']:.1f} | {r['peak']:.2f} | "
             f"{r['pareto_k']:.2f} | {r['trusted']} | {r['trail']} | {r['coverage']:.3f} | "
             f"{f('nuts_cold', '.1f')} | "
             + ("-" if "worst_global" not in r else f"{r['worst_global']:.2f} ({r['worst_name']})") + " | "
-            + f"{f('effects_corr', '.4f')} |")
+            + f"{f('effects_corr', '.4f')} | {f('warm_time', '.1f')} | {f('warm_gap', '.2f')} |")
 
 
 def exponents(results) -> list:
@@ -253,11 +267,13 @@ def main(names):
         "Times in seconds (run + get_samples; cold includes compilation), peak: the process's resident memory "
         "beyond its data, GiB. coverage: the simulated random effects (GP: latent function values) inside "
         "LM's central 90 % intervals. NUTS: 1 chain, warmup + draws; gap: the worst fixed effect or scale, "
-        "|mean LM - mean NUTS| / sd NUTS; corr: of the random effects' posterior means.",
+        "|mean LM - mean NUTS| / sd NUTS; corr: of the random effects' posterior means; warm NUTS: "
+        "warm_nuts(lm) and 150 + 1000 iterations, as the verdict suggests (seconds, compilation included), and "
+        "its gap.",
         "",
         "| case | D | LM cold | LM warm | peak GiB | pareto_k | trusted | trail | coverage 90% | NUTS cold | "
-        "gap to NUTS (SD) | corr to NUTS |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "gap to NUTS (SD) | corr to NUTS | warm NUTS | its gap (SD) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     print("\n".join(lines), flush=True)
     results = []

@@ -82,3 +82,24 @@ def test_warm_nuts_samples_the_closed_form_posterior():
     # 5 standard errors of 1000 draws
     np.testing.assert_array_less(np.abs(beta.mean(0) - mean), 5 * np.sqrt(np.diag(cov) / 1000))
     np.testing.assert_allclose(np.cov(beta.T), cov, rtol=0.2)
+
+
+def plated(y):
+    """A site of 600 coordinates (beyond SITE_JACOBIAN_MAX, elementwise: log basis) and a simplex."""
+    p = numpyro.sample("p", dist.Dirichlet(jnp.ones(3)))
+    with numpyro.plate("units", y.shape[0]):
+        rate = numpyro.sample("rate", dist.Gamma(2.0, 1.0))
+        numpyro.sample("y", dist.Poisson(rate * (1 + p[0])), obs=y)
+
+
+def test_diagonal_mass_matrix_equals_the_dense_diagonal():
+    """Beyond dense_max_dim the warm start forms no D x D array (site by site, elementwise
+    slopes for large sites): its diagonal equals the dense computation's."""
+    y = jnp.asarray(np.random.default_rng(0).poisson(3.0, size=600), jnp.float64)
+    with pytest.warns(Warning):
+        lm = LaplaceMatching(plated, strategy="laplace", progress_bar=False).run(KEY, y)
+    dense = warm_nuts(lm, dense_max_dim=10_000).inverse_mass_matrix
+    diagonal = warm_nuts(lm, dense_max_dim=100).inverse_mass_matrix
+    (names,) = dense
+    assert diagonal[names].shape == (602,)
+    np.testing.assert_allclose(diagonal[names], np.diagonal(dense[names]), rtol=1e-8)

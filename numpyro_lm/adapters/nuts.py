@@ -72,12 +72,53 @@ def _moments(info, names, gaussian, args, kwargs):
     return mode, constrained, 0.5 * (cov_u + cov_u.T)
 
 
-def _fitted(lm):
+SITE_JACOBIAN_MAX = 500
+"""Largest site whose Jacobian :func:`_variances` forms (larger ones must be elementwise)."""
+
+
+def _variances(info, names, gaussian, args, kwargs):
+    """Mode (unconstrained and constrained) and ``diag(J Sigma J')`` without a ``D x D`` array.
+
+    A site's unconstrained value depends on its own basis coordinates only, so ``J`` is block
+    diagonal by site: ``diag(J_s Sigma_ss J_s')`` per site, with ``Sigma_ss`` the curvature's
+    block; a site larger than :data:`SITE_JACOBIAN_MAX` must map elementwise (``J_s``
+    diagonal: one forward product with ones), as random effects in any basis do.
+    """
+    mode, constrained = numpyro_coordinates(info, gaussian.mean, args, kwargs)
+    variance = gaussian.curvature.variance()
+    out = {}
+    for site in info.layout.sites:
+        index = np.arange(site.offset, site.offset + site.size)
+
+        def u_of(y_site, site=site):
+            y = gaussian.mean.at[index].set(y_site)
+            return jnp.ravel(numpyro_coordinates(info, y, args, kwargs)[0][site.name])
+
+        y_site = gaussian.mean[index]
+        if site.size <= SITE_JACOBIAN_MAX:
+            jac = jax.jacfwd(u_of)(y_site)
+            if jac.shape[0] != jac.shape[1]:
+                raise ValueError(f"site {site.name!r}: its LM basis has {jac.shape[1]} coordinates but NumPyro's "
+                                 f"unconstrained space {jac.shape[0]}: the LM covariance cannot be carried over.")
+            out[site.name] = jnp.sum((jac @ gaussian.curvature.block(index)) * jac, axis=1)
+        elif site.basis_event_dim == 0:
+            slope = jax.jvp(u_of, (y_site,), (jnp.ones_like(y_site),))[1]
+            out[site.name] = slope**2 * variance[index]
+        else:
+            raise ValueError(f"site {site.name!r}: a warm start of a model this large carries a diagonal mass matrix, "
+                             f"which needs an elementwise basis for a site of {site.size} coordinates; its "
+                             f"{site.basis!r} basis is not. Start NUTS with init_params only.")
+    return mode, constrained, jnp.concatenate([out[n] for n in names])
+
+
+def _fitted(lm, dense: bool = True):
+    """``(names, (mode, constrained, cov or its diagonal))`` of a fitted LM."""
     if lm.batch_size is not None:
         raise ValueError("a warm start needs one fit: this LaplaceMatching holds run_many's batch of fits. Fit the "
                          "data set you want to sample with run().")
     names = tuple(sorted(s.name for s in lm.layout.sites))
-    compiled = program(_moments, lm.model_info, names, compiler_options=lm._require().compiler_options)
+    compiled = program(_moments if dense else _variances, lm.model_info, names,
+                       compiler_options=lm._require().compiler_options)
     return names, compiled((lm.gaussian,), lm.model_args, lm.model_kwargs)
 
 
@@ -114,11 +155,11 @@ def warm_nuts(lm, *, dense_max_dim: int = DENSE_MAX_DIM, adapt_mass_matrix: bool
         ``target_accept_prob``, ``max_tree_depth``...). The step size is adapted during
         warmup unless ``adapt_step_size=False``.
     """
-    names, (mode, constrained, cov) = _fitted(lm)
+    dense = lm.layout.size <= dense_max_dim
+    names, (mode, constrained, cov) = _fitted(lm, dense)  # beyond dense_max_dim: only the diagonal
     if not bool(jnp.all(jnp.isfinite(cov))):
         raise ValueError("the LM covariance in NumPyro's unconstrained space is not finite")
-    dense = cov.shape[0] <= dense_max_dim
-    inverse_mass_matrix = {names: cov if dense else jnp.diagonal(cov)}
+    inverse_mass_matrix = {names: cov}
     nuts_kwargs.setdefault("init_strategy", init_to_value(values=constrained))
     kernel = NUTS(
         lm.model,
