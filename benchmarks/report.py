@@ -25,3 +25,15 @@ def write_results(name: str, table: str, doc: str):
     _, tail = rest.split(end)
     with open(path, "w") as f:
         f.write(f"{head}{begin}\n_Measured {stamp} by `python benchmarks/{name}.py`._\n\n{table}\n{end}{tail}")
+
+
+def run_table(lines: list, names, assess, row) -> list:
+    """Print the table's head ``lines``, then one row per name as it comes (``row(assess(name))``);
+    returns the results (``lines`` grows with the rows)."""
+    print("\n".join(lines), flush=True)
+    results = []
+    for name in names:
+        results.append(assess(name))
+        lines.append(row(results[-1]))
+        print(lines[-1], flush=True)
+    return results

@@ -41,7 +41,7 @@ import numpyro
 import numpyro.distributions as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from report import write_results  # noqa: E402
+from report import run_table, write_results  # noqa: E402
 
 from numpyro_lm import LaplaceMatching  # noqa: E402
 
@@ -275,12 +275,7 @@ def main(names):
         "gap to NUTS (SD) | corr to NUTS | warm NUTS | its gap (SD) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    print("\n".join(lines), flush=True)
-    results = []
-    for name in names:
-        results.append(assess_fresh(name))
-        lines.append(row(results[-1]))
-        print(lines[-1], flush=True)
+    results = run_table(lines, names, assess_fresh, row)
     tail = exponents(results)
     if tail:
         lines += [""] + tail

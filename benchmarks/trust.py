@@ -37,7 +37,7 @@ from numpyro.infer import MCMC, NUTS
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from reference import load_reference, reference_metadata  # noqa: E402
 from score import halves, w1_over_sd, worst  # noqa: E402
-from report import write_results  # noqa: E402
+from report import run_table, write_results  # noqa: E402
 from suite import SUITE  # noqa: E402
 
 from numpyro_lm import LaplaceMatching  # noqa: E402
@@ -178,12 +178,7 @@ def main(names):
         "NUTS cold | NUTS warm | cold x | warm x |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    print("\n".join(lines), flush=True)
-    results = []
-    for name in names:
-        results.append(assess_fresh(name))
-        lines.append(row(results[-1]))
-        print(lines[-1], flush=True)
+    results = run_table(lines, names, assess_fresh, row)
     tail = summary(results)
     lines += [""] + tail
     print("\n" + "\n".join(tail), flush=True)

@@ -27,15 +27,21 @@ def _cells(design: NestedDesign):
     return np.zeros_like(design.z), np.zeros_like(design.z)
 
 
+def _components(design: NestedDesign):
+    """``(w, theta, x_mean, v)``: each point's weight, its cell's mean of the hyperparameters
+    and of the conditional means, and the cell's variances of ``z - z_k``."""
+    m, v = _cells(design)
+    theta = design.theta + m @ design.scale.T
+    x_mean = design.x_mean + np.einsum("kia,ka->ki", design.x_slope, m)
+    return np.exp(design.log_weights), theta, x_mean, v
+
+
 def mixture_variances(design: NestedDesign, size: int):
     """Mean and variance of each flat coordinate under the design's mixture: the diagonal of
     :func:`mixture_moments`, in ``O(K D)`` (structured conditionals of large models)."""
-    w = np.exp(design.log_weights)
     ti, xi = design.theta_index, design.x_index
     slope, scale = design.x_slope, design.scale
-    m, v = _cells(design)
-    theta = design.theta + m @ scale.T
-    x_mean = design.x_mean + np.einsum("kia,ka->ki", slope, m)
+    w, theta, x_mean, v = _components(design)
     mean, var = np.zeros(size), np.zeros(size)
     mean[ti], mean[xi] = w @ theta, w @ x_mean
     var[ti] = w @ (theta - mean[ti]) ** 2 + np.einsum("ia,k,ka->i", scale**2, w, v)
@@ -52,9 +58,8 @@ def mixture_block(design: NestedDesign, cols: np.ndarray) -> np.ndarray:
     """The mixture's covariance over the conditional coordinates ``cols`` (positions in ``x``)
     from structured conditionals: each point's block of its curvature, the spread of the
     points' means and their slopes across a lattice cell (:func:`mixture_moments`' terms)."""
-    w = np.exp(design.log_weights)
-    m, v = _cells(design)
-    x_mean = design.x_mean[:, cols] + np.einsum("kia,ka->ki", design.x_slope[:, cols], m)
+    w, _, x_mean, v = _components(design)
+    x_mean = x_mean[:, cols]
     d = x_mean - w @ x_mean
     cov = (d * w[:, None]).T @ d + np.einsum("kia,k,ka,kja->ij", design.x_slope[:, cols], w, v, design.x_slope[:, cols])
     for k in range(w.size):
@@ -65,12 +70,9 @@ def mixture_block(design: NestedDesign, cols: np.ndarray) -> np.ndarray:
 
 def mixture_moments(design: NestedDesign, size: int):
     """Mean and covariance over all flat coordinates of the design's mixture."""
-    w = np.exp(design.log_weights)
     ti, xi = design.theta_index, design.x_index
     slope, scale = design.x_slope, design.scale
-    m, v = _cells(design)
-    theta = design.theta + m @ scale.T
-    x_mean = design.x_mean + np.einsum("kia,ka->ki", slope, m)
+    w, theta, x_mean, v = _components(design)
     mean = np.zeros(size)
     mean[ti] = w @ theta
     mean[xi] = w @ x_mean
