@@ -20,6 +20,7 @@ from ..curvature import CholeskyCurvature, covariance
 from ..families import get_family
 from ..families.base import basis_log_prob
 from ..marginals import is_elementwise
+from ..hessian import structure_tol
 from ..optimize import newton, newton_init
 
 __all__ = ["PointFits", "site_values", "x_positions", "quantile_sites", "conditional_fit", "point_params",
@@ -64,7 +65,7 @@ def conditional_fit(neg_log_density: Callable, theta, x0, tol: float, max_iter: 
     structured strategy of :mod:`numpyro_lm.hessian` (default dense), whose curvature is
     then kept in place of the dense covariance.
     """
-    if hessian is not None and getattr(hessian, "value_first", False):
+    if hessian is not None:
         return _structured_fit(neg_log_density, theta, x0, tol, max_iter, hessian)
     state = newton(lambda x: neg_log_density(theta, x), newton_init(x0), tol, max_iter)
     ok = state.positive & state.converged
@@ -81,8 +82,6 @@ def conditional_fit(neg_log_density: Callable, theta, x0, tol: float, max_iter: 
 def _structured_fit(neg_log_density: Callable, theta, x0, tol: float, max_iter: int, hessian):
     """:func:`conditional_fit` with a structured Hessian: the curvature travels with the fits;
     a fit whose structure check failed (:func:`numpyro_lm.hessian.structure_tol`) gets no weight."""
-    from ..hessian import structure_tol  # noqa: here: hessian imports optimize, as inner does
-
     state = newton(lambda x: neg_log_density(theta, x), newton_init(x0, hessian), tol, max_iter, hessian)
     curvature = hessian.curvature(state.hess)
     ok = curvature.positive() & state.converged & (state.structure_error <= structure_tol(x0.dtype))
