@@ -32,12 +32,13 @@ from typing import Callable, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 from jax import lax
-from numpyro.distributions import constraints
+from numpyro.distributions import MultivariateNormal, constraints
 from numpyro.distributions.transforms import (
     AffineTransform,
     ComposeTransform,
     ExpTransform,
     IndependentTransform,
+    LowerCholeskyAffine,
     ParameterFreeTransform,
     SigmoidTransform,
     ZeroSumTransform,
@@ -47,6 +48,7 @@ from numpyro.distributions.util import matrix_to_tril_vec, vec_to_tril_matrix
 
 __all__ = [
     "Basis",
+    "basis_for_prior",
     "ZeroSumSoftmaxTransform",
     "SymmetricMatrixExpTransform",
     "SymmetricMatrixSquareTransform",
@@ -254,12 +256,21 @@ class Basis(NamedTuple):
     :param family: the default matched family (see :mod:`numpyro_lm.families`).
     :param one_to_one: ``False`` for a two-to-one basis (``sqrt``: ``y`` and ``-y`` give the
         same value), whose coordinates multi-start searches leave at the initial point.
+    :param from_distribution: ``distribution -> Transform`` for a basis built from the site's
+        prior itself rather than its support (``whiten``), else ``None``.
     """
 
     name: str
     transform: Callable[[constraints.Constraint], object]
     family: str
     one_to_one: bool = True
+    from_distribution: Optional[Callable] = None
+
+    def transform_for(self, distribution):
+        """The basis transform of a site with this prior (from its support, or from the prior)."""
+        if self.from_distribution is not None:
+            return self.from_distribution(distribution)
+        return self.transform(distribution.support)
 
 
 _BASES: dict[str, Basis] = {}
@@ -272,13 +283,14 @@ def register_basis(
     family: str = "gaussian",
     constraint_types: tuple = (),
     one_to_one: bool = True,
+    from_distribution: Optional[Callable] = None,
 ) -> Basis:
     """Register a basis under ``name``; make it the default for ``constraint_types``.
 
     Example: ``register_basis("softplus", lambda c: SoftplusTransform(), "gaussian")``
     lets a user write ``LaplaceMatching(model, bases={"sigma": "softplus"})``.
     """
-    basis = Basis(name, transform, family, one_to_one)
+    basis = Basis(name, transform, family, one_to_one, from_distribution)
     _BASES[name] = basis
     for ctype in constraint_types:
         _DEFAULT_BASIS[ctype if isinstance(ctype, type) else type(ctype)] = name
@@ -375,3 +387,33 @@ register_basis(
 )
 register_basis("sqrtm", lambda c: SymmetricMatrixSquareTransform(), "gaussian", one_to_one=False)
 register_basis("biject_to", lambda c: biject_to(c), "gaussian")
+
+
+def _whitening(distribution):
+    r"""``f = loc + L z``: a ``MultivariateNormal`` site in whitened coordinates ``z``.
+
+    The prior of ``z`` is :math:`N(0, I)` whatever the covariance (with the log-Jacobian
+    :math:`\log|\det L|` it cancels the prior's normaliser), so the curvature of a latent GP
+    is :math:`I + L^\top W L` instead of :math:`K^{-1} + W`: well conditioned in float32
+    where ``K`` (an RBF kernel with a small jitter) has a condition number of 10^6 or more
+    (Murray and Adams 2010, "Slice sampling covariance hyperparameters of latent Gaussian
+    models", on whitening; ``L`` is rebuilt from the prior in every run, so a kernel with
+    latent hyperparameters is followed)."""
+    if not isinstance(distribution, MultivariateNormal):
+        raise ValueError(f"the whiten basis is for MultivariateNormal priors, not {type(distribution).__name__}")
+    return LowerCholeskyAffine(distribution.loc, distribution.scale_tril)
+
+
+def _no_support_transform(constraint):
+    raise ValueError("the whiten basis is built from the site's MultivariateNormal prior, not from its support")
+
+
+register_basis("whiten", _no_support_transform, "gaussian", from_distribution=_whitening)
+
+
+def basis_for_prior(distribution) -> Basis:
+    """The default basis of a site with this prior: ``whiten`` for a ``MultivariateNormal``,
+    else that of its support (:func:`basis_for_constraint`)."""
+    if type(distribution) is MultivariateNormal:
+        return _BASES["whiten"]
+    return basis_for_constraint(distribution.support)

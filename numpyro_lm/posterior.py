@@ -15,7 +15,7 @@ from typing import Callable
 
 import jax.numpy as jnp
 import numpyro.distributions as dist
-from numpyro.distributions.transforms import AffineTransform, ComposeTransform, IndependentTransform
+from numpyro.distributions.transforms import AffineTransform, ComposeTransform, IndependentTransform, LowerCholeskyAffine
 
 from .families import get_family
 from .marginals import is_elementwise
@@ -89,6 +89,11 @@ def site_distribution(site, params: dict, transform):
     if is_elementwise(site, family) and site.basis_event_dim > 0:
         d = d.to_event(site.basis_event_dim)
     if family.in_basis:
+        if isinstance(transform, LowerCholeskyAffine) and isinstance(d, dist.MultivariateNormal):
+            # a whitened site (f = loc + L z): the Gaussian over z is a Gaussian over f
+            scale = transform.scale_tril
+            return dist.MultivariateNormal(transform.loc + (scale @ d.loc[..., None])[..., 0],
+                                           scale_tril=scale @ d.scale_tril)
         return dist.TransformedDistribution(d, transform)
     outer = _outer_transform(transform)
     if outer is None:

@@ -25,7 +25,7 @@ import numpyro
 from numpyro import handlers
 from numpyro.distributions.util import sum_rightmost
 
-from .bases import Basis, basis_for_constraint, get_basis
+from .bases import Basis, basis_for_prior, get_basis
 from .families import MatchedFamily, family_for_prior, get_family
 
 __all__ = ["SiteSpec", "Layout", "SiteChoice", "trace_sites", "site_transform", "basis_value", "unravel", "ravel"]
@@ -110,7 +110,7 @@ class SiteChoice(NamedTuple):
         chosen = dict(self.bases).get(name)
         if chosen is not None:
             return get_basis(chosen)
-        return basis_for_constraint(site["fn"].support)
+        return basis_for_prior(site["fn"])
 
     def family(self, site, basis: Basis) -> MatchedFamily:
         """The user's family, else the one registered for the prior, else the basis default."""
@@ -131,7 +131,7 @@ class SiteChoice(NamedTuple):
 def site_transform(choice: SiteChoice, site):
     basis = choice.basis(site)
     try:
-        return basis.transform(site["fn"].support)
+        return basis.transform_for(site["fn"])
     except (NotImplementedError, ValueError) as e:
         raise ValueError(
             f"site {site['name']!r}: no {basis.name!r} basis for its support "

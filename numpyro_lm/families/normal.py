@@ -28,7 +28,9 @@ def _distribution(params):
     loc, cov = params["loc"], params["cov"]
     if jnp.ndim(cov) == jnp.ndim(loc):  # elementwise: cov holds variances
         return dist.Normal(loc, jnp.sqrt(cov))
-    return dist.MultivariateNormal(loc, covariance_matrix=cov)
+    # exactly symmetric: a covariance block computed as A B' (curvature.block) is symmetric only
+    # to rounding, which numpyro's positive_definite check (isclose, atol 1e-8) can refuse
+    return dist.MultivariateNormal(loc, covariance_matrix=0.5 * (cov + jnp.swapaxes(cov, -1, -2)))
 
 
 normal = register_family(
