@@ -21,7 +21,7 @@ from numpyro.infer import MCMC, NUTS
 HERE = os.path.dirname(__file__)
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 from hierarchical_models import MODELS  # noqa: E402
-from report import write_results  # noqa: E402
+from report import environment, write_results  # noqa: E402
 
 from numpyro_lm import LaplaceMatching, NotTrustedWarning  # noqa: E402
 
@@ -71,8 +71,7 @@ def bench(name):
 def main(names):
     warnings.simplefilter("ignore", NotTrustedWarning)  # the joint fits are scored, not judged
     lines = [
-        f"jax {jax.__version__}, x64={jax.config.jax_enable_x64}, {jax.devices()[0].platform} "
-        f"({os.cpu_count()} cores).",
+        environment() + ".",
         "",
         "| model | hyper | nested cold s | NUTS cold s | cold x | nested warm ms | NUTS warm s | warm x | "
         "warm ms, compiler_options=None | nested mean err / sd err | joint LM mean err / sd err |",

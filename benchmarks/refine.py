@@ -23,7 +23,7 @@ from scipy.stats import wasserstein_distance
 
 sys.path.insert(0, os.path.dirname(__file__))
 from models import MODELS  # noqa: E402
-from report import write_results  # noqa: E402
+from report import environment, write_results  # noqa: E402
 
 from numpyro_lm import LaplaceMatching, NotTrustedWarning  # noqa: E402
 from numpyro_lm.adapters import warm_nuts  # noqa: E402
@@ -72,8 +72,7 @@ def bench(name) -> str:
 def main(names):
     warnings.simplefilter("ignore", NotTrustedWarning)  # the plain fits are compared, whatever their verdict
     lines = [
-        f"jax {jax.__version__}, x64={jax.config.jax_enable_x64}, {jax.devices()[0].platform} ({os.cpu_count()} "
-        "cores). Mean 1-Wasserstein distance to NUTS per coordinate, in NUTS SDs (the compiled fit's time, "
+        environment() + ". Mean 1-Wasserstein distance to NUTS per coordinate, in NUTS SDs (the compiled fit's time, "
         "draws included, as a multiple of the plain fit's). MVI variants: 1000 fixed draws, L-BFGS; DADVI: "
         "300 fixed draws, Newton.",
         "",

@@ -8,6 +8,8 @@ benchmark replaces what lies between them.
 import os
 import time
 
+import jax
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -37,3 +39,9 @@ def run_table(lines: list, names, assess, row) -> list:
         lines.append(row(results[-1]))
         print(lines[-1], flush=True)
     return results
+
+
+def environment() -> str:
+    """The line every table opens with: JAX's version, float64 or not, the platform and cores."""
+    return (f"jax {jax.__version__}, x64={jax.config.jax_enable_x64}, {jax.devices()[0].platform} "
+            f"({os.cpu_count()} cores)")

@@ -21,7 +21,7 @@ from numpyro.infer import MCMC, NUTS
 
 sys.path.insert(0, os.path.dirname(__file__))
 from models import MODELS  # noqa: E402
-from report import write_results  # noqa: E402
+from report import environment, write_results  # noqa: E402
 
 from numpyro_lm import LaplaceMatching  # noqa: E402
 
@@ -73,7 +73,7 @@ def bench(name, repeats=20):
 
 def main(names):
     lines = [
-        f"jax {jax.__version__}, x64={jax.config.jax_enable_x64}, {jax.devices()[0].platform} ({os.cpu_count()} cores)",
+        environment(),
         "",
         "| model | D | LM cold s | NUTS cold s | cold x | LM warm ms | NUTS warm s | warm x | worst mean err / sd | "
         "worst sd ratio |",

@@ -43,7 +43,7 @@ import numpyro
 import numpyro.distributions as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from report import run_table, write_results  # noqa: E402
+from report import environment, run_table, write_results  # noqa: E402
 
 from numpyro_lm import LaplaceMatching  # noqa: E402
 
@@ -283,8 +283,7 @@ def exponents(results) -> list:
 
 def main(names):
     lines = [
-        f"jax {jax.__version__}, x64={jax.config.jax_enable_x64}, {jax.devices()[0].platform} ({os.cpu_count()} cores). "
-        "Times in seconds (run + get_samples; cold includes compilation), peak: the process's resident memory "
+        environment() + ". Times in seconds (run + get_samples; cold includes compilation), peak: the process's resident memory "
         "beyond its data, GiB. coverage: the simulated random effects (GP: latent function values) inside "
         "LM's central 90 % intervals. NUTS: 1 chain, warmup + draws; gap: the worst fixed effect or scale, "
         "|mean LM - mean NUTS| / sd NUTS; corr: of the random effects' posterior means; warm NUTS: "

@@ -37,7 +37,7 @@ from numpyro.infer import MCMC, NUTS
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from reference import load_reference, reference_metadata  # noqa: E402
 from score import halves, w1_over_sd, worst  # noqa: E402
-from report import run_table, write_results  # noqa: E402
+from report import environment, run_table, write_results  # noqa: E402
 from suite import SUITE  # noqa: E402
 
 from numpyro_lm import LaplaceMatching  # noqa: E402
@@ -169,8 +169,7 @@ def warm_up_jax():
 
 def main(names):
     lines = [
-        f"jax {jax.__version__}, x64={jax.config.jax_enable_x64}, {jax.devices()[0].platform} "
-        f"({os.cpu_count()} cores). "
+        environment() + ". "
         f"W1/sd: worst coordinate against the reference (4000 NUTS draws); floor: the same between two halves "
         f"of the reference. Times in seconds; x: NUTS time / LM time.",
         "",
