@@ -93,9 +93,13 @@ def _log_density(info: ModelInfo, args, kwargs):
     return partial(info.log_density, args=args, kwargs=kwargs)
 
 
-def _hessian(info: ModelInfo, options: FitOptions):
-    """The fit's Hessian strategy (:func:`numpyro_lm.hessian.hessian_for`)."""
-    return hessian_for(info.layout, options.curvature, options.plate)
+def _hessian(info: ModelInfo, options: FitOptions, args, kwargs):
+    """The fit's Hessian strategy (:func:`numpyro_lm.hessian.hessian_for`), bound to the
+    model's prior at these arguments where it needs it (the low-rank update)."""
+    hessian = hessian_for(info.layout, options.curvature, options.plate)
+    if hasattr(hessian, "bind"):
+        hessian = hessian.bind(lambda x: -info.log_prior(x, args, kwargs))
+    return hessian
 
 
 def initial_point(info: ModelInfo, options: FitOptions, rng_key, init_params, args, kwargs):
@@ -182,7 +186,7 @@ def start(info: ModelInfo, options: FitOptions, at_origin: bool, until: int, rng
         x0 = initial_point(info, options, rng_key, init_params, args, kwargs)
     log_density = _log_density(info, args, kwargs)
     tol = options.tolerance(dtype)
-    hessian = _hessian(info, options)
+    hessian = _hessian(info, options, args, kwargs)
 
     def search(x):
         state = laplace_init(log_density, x, method=options.method, tol=tol, max_iter=options.max_iter,
@@ -207,12 +211,12 @@ def resume(info: ModelInfo, options: FitOptions, chunk: int, state: NewtonState,
     """Continue the mode search for up to ``chunk`` more Newton evaluations (``max_iter`` in all)."""
     until = jnp.minimum(state.num_iter + chunk, options.max_iter)
     return laplace_update(_log_density(info, args, kwargs), state, tol=options.tolerance(state.x.dtype),
-                          max_iter=until, hessian=_hessian(info, options))
+                          max_iter=until, hessian=_hessian(info, options, args, kwargs))
 
 
 def finish(info: ModelInfo, options: FitOptions, state: NewtonState, rng_key, args, kwargs) -> JointFit:
     """The Laplace state at the mode, refined if asked, and each site's matched family."""
-    laplace_state = laplace_finish(state, regularize=options.regularize, hessian=_hessian(info, options))
+    laplace_state = laplace_finish(state, regularize=options.regularize, hessian=_hessian(info, options, args, kwargs))
     return refine_fit(info, options, laplace_state, rng_key, args, kwargs)
 
 
@@ -267,11 +271,11 @@ def fit_many(info: ModelInfo, options: FitOptions, at_origin: bool, block: int, 
         x0 = (jnp.asarray(_origin_start(info, options), dtype) if at_origin
               else initial_point(info, options, key, params, args, kwargs))
         return laplace_init(_log_density(info, args, kwargs), x0, method=options.method, tol=tol,
-                            max_iter=options.max_iter, hessian=_hessian(info, options))
+                            max_iter=options.max_iter, hessian=_hessian(info, options, args, kwargs))
 
     state = jax.vmap(begin)(rng_keys, init_params, data)
     state = newton_many(lambda x, d: -info.log_density(x, *arguments(d)), state, data, tol, options.max_iter, block,
-                        _hessian(info, options))
+                        hessian_for(info.layout, options.curvature, options.plate))
     fitted = jax.vmap(lambda s, key, d: finish(info, options, s, key, *arguments(d)))(state, rng_keys, data)
     return state, fitted
 

@@ -37,19 +37,20 @@ from __future__ import annotations
 
 import os
 from functools import lru_cache
-from typing import NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .curvature import ArrowheadCurvature, DenseCurvature
-from .curvature.arrowhead import arrowhead_factor, arrowhead_matvec, modified_factor
+from .curvature import ArrowheadCurvature, DenseCurvature, LowRankUpdateCurvature
+from .curvature.arrowhead import absolute_blocks, arrowhead_factor, arrowhead_matvec, modified_factor
 from .optimize import newton_step, value_grad_hessian
 
-__all__ = ["DenseHessian", "ArrowheadHessian", "PlateStructure", "plate_structure", "structure_tol",
-           "ARROWHEAD_MIN_DIM", "GLOBAL_MAX", "LOCAL_MAX", "dense_bytes", "available_bytes", "check_dense_memory",
-           "DenseMemoryError", "StructureError", "structure_message", "choose_curvature", "hessian_for"]
+__all__ = ["DenseHessian", "ArrowheadHessian", "LowRankHessian", "PlateStructure", "plate_structure", "structure_tol",
+           "ARROWHEAD_MIN_DIM", "GLOBAL_MAX", "LOCAL_MAX", "LOWRANK_MAX", "dense_bytes", "available_bytes",
+           "check_dense_memory", "DenseMemoryError", "StructureError", "structure_message", "CURVATURES",
+           "curvature_candidates", "choose_curvature", "hessian_for", "lowrank_rank"]
 
 ARROWHEAD_MIN_DIM = 500
 """``curvature="auto"`` uses a plate's block-arrowhead structure above this many coordinates
@@ -138,6 +139,29 @@ def plate_structure(layout, plate: Optional[str] = None) -> Optional[PlateStruct
     return best
 
 
+def _products(fn, x, probes):
+    """``H v`` for each row ``v`` of ``probes``, one Hessian-vector product after another
+    (lax.map): as fast as vmapping them on a large model, and a fraction of the memory
+    (measured on a 10^5-group GLMM: 1.1 GB against 1.8 GB; the log-determinant's gradient of
+    the mean shift 0.7 s against 1.2 s)."""
+    return jax.lax.map(lambda v: jax.jvp(jax.grad(fn), (x,), (v,))[1], probes)
+
+
+def coloured_blocks(structure: PlateStructure, products):
+    """``(A, B, C)`` of a block-arrowhead Hessian from its products with the colouring probes
+    (one per block position, then one unit vector per global: ``ArrowheadHessian._probes``)."""
+    local, glob = structure.local_index, structure.global_index
+    b = local.shape[1]
+    a = jnp.transpose(products[:b][:, local], (1, 2, 0))  # A[j, i, k] = (H c_k)[local[j, i]]
+    columns = products[b:]  # H e_g for each global g
+    return (0.5 * (a + jnp.swapaxes(a, -1, -2)), jnp.transpose(columns[:, local], (1, 2, 0)),
+            0.5 * (columns[:, glob] + columns[:, glob].T))
+
+
+def _relative_error(exact, structured):
+    return jnp.linalg.norm(exact - structured) / jnp.maximum(jnp.linalg.norm(exact), jnp.finfo(exact.dtype).tiny)
+
+
 class ArrowheadHessian(NamedTuple):
     """The Hessian in a plate's block-arrowhead structure, by coloured Hessian-vector products
     (module docstring); ``hess`` is ``(A, B, C)``, the factor :func:`arrowhead_factor`'s."""
@@ -164,25 +188,17 @@ class ArrowheadHessian(NamedTuple):
 
     def evaluate(self, fn, x):
         local, glob = self.structure.local_index, self.structure.global_index
-        b = local.shape[1]
         probes = self._probes(x.dtype)
-        # one Hessian-vector product after another (lax.map): as fast as vmapping them on a
-        # large model, and a fraction of the memory (measured on a 10^5-group GLMM: 1.1 GB
-        # against 1.8 GB; the log-determinant's gradient of the mean shift 0.7 s against 1.2 s)
         value, grad = jax.value_and_grad(fn)(x)
-        products = jax.lax.map(lambda v: jax.jvp(jax.grad(fn), (x,), (v,))[1], probes)
-        a = jnp.transpose(products[:b][:, local], (1, 2, 0))  # A[j, i, k] = (H c_k)[local[j, i]]
-        columns = products[b:-1]  # H e_g for each global g
-        blocks = (0.5 * (a + jnp.swapaxes(a, -1, -2)), jnp.transpose(columns[:, local], (1, 2, 0)),
-                  0.5 * (columns[:, glob] + columns[:, glob].T))
+        products = _products(fn, x, probes)
+        blocks = coloured_blocks(self.structure, products[:-1])
         # only the local rows can show entries outside the structure (the global rows are the
         # global columns' transpose, exact by construction); they are sums over one entry's
         # data, while a global row sums over all data (in float32 off by 1e-3 of itself at
         # 2 10^6 observations: rounding, not structure)
         exact = products[-1][local]
         structured = arrowhead_matvec(local, glob, *blocks, probes[-1])[local]
-        error = jnp.linalg.norm(exact - structured) / jnp.maximum(jnp.linalg.norm(exact), jnp.finfo(x.dtype).tiny)
-        return value, grad, blocks, error
+        return value, grad, blocks, _relative_error(exact, structured)
 
     def step(self, grad, hess):
         factor = arrowhead_factor(*hess)
@@ -214,6 +230,111 @@ def _factor_positive(factor):
         diagonal = jnp.diagonal(l, axis1=-2, axis2=-1)
         ok = ok & jnp.all(jnp.isfinite(l)) & jnp.all(diagonal > 0)
     return ok
+
+
+class LowRankHessian(NamedTuple):
+    r"""The Hessian as a structured prior part plus a low-rank rest: :math:`H = M + Q B Q^\top`
+    (:class:`~numpyro_lm.curvature.lowrank.LowRankUpdateCurvature`).
+
+    :math:`M` is the block-arrowhead Hessian of the model's *prior* (``prior``, the negative
+    :meth:`~numpyro_lm.model.ModelInfo.log_prior`: ``b + G`` coloured products of it) with
+    the blocks that are not positive definite made so (:func:`absolute_blocks`); the rest,
+    :math:`H - M`, is the likelihood's Hessian plus those few blocks' corrections, whose rank
+    is about the number of observations when they are fewer than the coordinates (a
+    regression's :math:`X^\top W X`). It is found by a randomised range finder (Halko,
+    Martinsson and Tropp 2011, algorithm 4.1, without power iterations): ``rank`` products
+    of :math:`H - M` with fixed Gaussian probes span its range when its rank is at most
+    ``rank``, an orthonormal basis :math:`Q` of them and ``rank`` more products give
+    :math:`B = Q^\top (H - M) Q`, exact then. A blocked range finder rather than Lanczos: its
+    ``2 rank`` Hessian-vector products run as matrix products, not one after another. A
+    fixed random probe checks the result (``error``); where the rank is larger, the fit is
+    refused (``structure_tol``), not approximated.
+
+    ``prior`` is bound per fit (:meth:`bind`, the model's arguments are in it).
+    """
+
+    structure: PlateStructure
+    rank: int
+    prior: Optional[Callable] = None
+    value_first = True  # rejected line-search trials cost one evaluation (optimize.newton_iteration)
+
+    def bind(self, prior: Callable) -> "LowRankHessian":
+        """The strategy with ``prior(x)``, the negative log prior, for one fit's arguments."""
+        return self._replace(prior=prior)
+
+    def init(self, x0):
+        j, b, g = self.structure.sizes
+        d, m, dtype = x0.shape[-1], self.rank, x0.dtype
+        zeros = (jnp.zeros((j, b, b), dtype), jnp.zeros((j, b, g), dtype), jnp.zeros((g, g), dtype),
+                 jnp.zeros((d, m), dtype), jnp.zeros((m, m), dtype))
+        return zeros, zeros
+
+    def evaluate(self, fn, x):
+        if self.prior is None:
+            raise ValueError("LowRankHessian needs the model's prior: bind(prior) first")
+        d, dtype = x.shape[-1], x.dtype
+        value, grad = jax.value_and_grad(fn)(x)
+        colours = ArrowheadHessian(self.structure)._probes(dtype)[:-1]
+        blocks = absolute_blocks(*coloured_blocks(self.structure, _products(self.prior, x, colours)))
+        base = ArrowheadCurvature.from_blocks(self.structure.local_index, self.structure.global_index, *blocks)
+
+        def rest(v):  # (H - M) v
+            return jax.jvp(jax.grad(fn), (x,), (v,))[1] - base.matvec(v)
+
+        def rest_rows(v):  # a block of rows at a time: matrix products, bounded memory
+            return jax.lax.map(rest, v, batch_size=min(v.shape[0], RANGE_BATCH))
+
+        probes = jax.random.normal(jax.random.PRNGKey(0), (self.rank, d), dtype)
+        # the range's basis is taken as fixed under differentiation (the nested fit's mean shift
+        # differentiates log det H): a QR factor of a rank-deficient block has no derivative
+        q = jax.lax.stop_gradient(jnp.linalg.qr(rest_rows(probes).T)[0])  # (D, m)
+        bmat = q.T @ rest_rows(q.T).T
+        probe = jnp.asarray(np.random.default_rng(1).choice([-1.0, 1.0], d), dtype)
+        exact = jax.jvp(jax.grad(fn), (x,), (probe,))[1]
+        structured = base.matvec(probe) + q @ (bmat @ (q.T @ probe))
+        return value, grad, blocks + (q, 0.5 * (bmat + bmat.T)), _relative_error(exact, structured)
+
+    def curvature(self, hess, regularize=None):
+        a, b, c, q, bmat = hess
+        if regularize is not None:  # M + r I is M's blocks with r on their diagonals
+            a = a + regularize * jnp.eye(a.shape[-1], dtype=a.dtype)
+            c = c + regularize * jnp.eye(c.shape[-1], dtype=c.dtype)
+        base = ArrowheadCurvature.from_blocks(self.structure.local_index, self.structure.global_index, a, b, c)
+        return LowRankUpdateCurvature.from_update(base, q, bmat)
+
+    def step(self, grad, hess):
+        curv = self.curvature(hess)
+        positive = curv.positive()
+        used = curv._replace(mu=jnp.where(positive, curv.mu, curv.modified().mu))  # saddle-free elsewhere
+        solved = used.solve(grad)
+        decrement = jnp.sqrt(jnp.maximum(jnp.dot(grad, solved), 0.0))
+        return -solved, decrement, hess, positive
+
+    def half_logdet(self, factor):
+        if factor[3].ndim == 3:  # a batch of starts
+            return jax.vmap(self.half_logdet)(factor)
+        return 0.5 * self.curvature(factor).logdet()
+
+
+RANGE_BATCH = 64
+"""Hessian-vector products of the low-rank range finder vmapped at a time."""
+LOWRANK_MARGIN = 32
+"""Rank of the low-rank update beyond the observed numbers and the globals (the prior's
+blocks that are not positive definite at the mode, and slack)."""
+LOWRANK_MAX = 2048
+"""Largest rank of a low-rank update (``D x rank`` arrays, ``2 rank`` products per step)."""
+
+
+def lowrank_rank(layout, structure: PlateStructure) -> int:
+    """The update's rank for a model: its observed numbers (the likelihood's Hessian has at
+    most about that rank), the globals, and :data:`LOWRANK_MARGIN`; at most ``D``."""
+    return int(min(layout.size, layout.observed_size + structure.global_index.size + LOWRANK_MARGIN))
+
+
+def diagonal_structure(layout) -> PlateStructure:
+    """Every coordinate its own block, no globals: the prior structure of a model without a
+    suitable plate (independent priors; the check catches the others)."""
+    return PlateStructure("", np.arange(layout.size, dtype=np.int32)[:, None], np.zeros(0, np.int32))
 
 
 # ---------------------------------------------------------------- memory
@@ -253,51 +374,93 @@ def check_dense_memory(layout, itemsize: int, why: str):
     need, have = dense_bytes(layout.size, layout.observed_size, itemsize), available_bytes()
     if need > 0.8 * have:
         structure = plate_structure(layout)
+        rank = lowrank_rank(layout, structure or diagonal_structure(layout))
         if structure is None:
             fix = ("Put the model's local latent sites (random effects) in a numpyro.plate so that "
                    f"curvature='auto' can use the block-arrowhead structure, with at most {LOCAL_MAX} coordinates "
                    f"per plate entry and {GLOBAL_MAX} outside the plate.")
         else:
             fix = (f"Plate {structure.plate!r} has the block-arrowhead layout but its entries interact (through the "
-                   "likelihood: a regression on all of them, a covariance over them), which needs a low-rank or "
-                   "sparse curvature that numpyro_lm does not have yet: fit a smaller model, or sample with NUTS.")
+                   "likelihood: a regression on all of them, a covariance over them).")
+        if rank > lowrank_max(layout):
+            fix += (f" A low-rank update of the prior's curvature serves where the model has few observations; "
+                    f"its {layout.observed_size} observed numbers would need rank {rank} (at most "
+                    f"{lowrank_max(layout)}). Fit a smaller model, or sample with NUTS.")
+        else:
+            fix += " Fit a smaller model, or sample with NUTS."
         raise DenseMemoryError(
             f"a dense curvature over the model's {layout.size} latent coordinates would need about "
             f"{need / 2**30:.1f} GiB ({have / 2**30:.1f} GiB available); {why} {fix}"
         )
 
 
-def structure_message(layout, plate: Optional[str], error: float, dtype) -> str:
-    """Why a fit with a block-arrowhead curvature was refused (its random-probe check failed)."""
+def structure_message(layout, plate: Optional[str], error: float, dtype, curvature: str = "arrowhead") -> str:
+    """Why a fit with a structured curvature was refused (its random-probe check failed)."""
+    limit = f"(relative; the limit is {structure_tol(dtype):.0e})"
+    if curvature == "lowrank":
+        rank = hessian_for(layout, "lowrank", plate).rank
+        return (f"the low-rank curvature (the prior's structured Hessian plus a rank-{rank} update) does not hold: "
+                f"on a random probe the structured Hessian-vector product is off by {error:.1e} {limit}: the "
+                f"likelihood's Hessian has rank above {rank} (for example through nonlinear predictors, or more "
+                "than a few prior blocks that are not positive definite at the mode). Pass curvature='dense' (if "
+                "the model fits in memory), or sample with NUTS.")
     structure = plate_structure(layout, plate)
     name = "?" if structure is None else structure.plate
     return (f"the block-arrowhead curvature read from plate {name!r} does not hold: on a random probe the "
-            f"structured Hessian-vector product is off by {error:.1e} (relative; the limit is "
-            f"{structure_tol(dtype):.0e}): the latent sites of "
+            f"structured Hessian-vector product is off by {error:.1e} {limit}: the latent sites of "
             f"different entries of {name!r} interact (for example through a likelihood outside the plate, or a "
             "covariance over the plate's entries). Pass curvature='dense' (if the model fits in memory), name "
             "another plate with plate=..., or write the model so that each observation depends on one entry "
             "of the plate.")
 
 
-def choose_curvature(layout, curvature: str = "auto", plate: Optional[str] = None) -> str:
-    """``"dense"`` or ``"arrowhead"`` for a model: ``curvature`` itself unless ``"auto"``, which
-    picks the arrowhead above :data:`ARROWHEAD_MIN_DIM` coordinates where a plate gives one."""
+def lowrank_max(layout) -> int:
+    """Largest rank ``curvature="auto"`` gives a low-rank update: :data:`LOWRANK_MAX`, and a
+    quarter of ``D`` (beyond that the dense curvature is as cheap)."""
+    return min(LOWRANK_MAX, layout.size // 4)
+
+
+CURVATURES = ("auto", "dense", "arrowhead", "lowrank")
+
+
+def curvature_candidates(layout, curvature: str = "auto", plate: Optional[str] = None) -> list:
+    """The curvatures a fit tries in order, the next where a structure's check fails
+    (:class:`StructureError`): ``[curvature]`` unless ``"auto"``, which above
+    :data:`ARROWHEAD_MIN_DIM` coordinates tries the block-arrowhead (where a plate gives one),
+    then the low-rank update (where the observations are few: :func:`lowrank_max`), then dense."""
     if curvature != "auto":
-        if curvature == "arrowhead":
+        if curvature != "dense":
             hessian_for(layout, curvature, plate)  # refuse a model without the structure now
-        return curvature
-    if layout.size > ARROWHEAD_MIN_DIM and plate_structure(layout, plate) is not None:
-        return "arrowhead"
-    return "dense"
+        return [curvature]
+    out = []
+    if layout.size > ARROWHEAD_MIN_DIM:
+        if plate_structure(layout, plate) is not None:
+            out.append("arrowhead")
+        if hessian_for(layout, "lowrank", plate).rank <= lowrank_max(layout):
+            out.append("lowrank")
+    return out + ["dense"]
+
+
+def choose_curvature(layout, curvature: str = "auto", plate: Optional[str] = None) -> str:
+    """The first of :func:`curvature_candidates`."""
+    return curvature_candidates(layout, curvature, plate)[0]
 
 
 def hessian_for(layout, curvature: str, plate: Optional[str] = None):
-    """The strategy a fit uses: ``curvature`` is ``"dense"`` or ``"arrowhead"`` (the plate's
-    structure, ``plate`` or the largest: :func:`plate_structure`)."""
+    """The strategy a fit uses: ``curvature`` is ``"dense"``, ``"arrowhead"`` (the plate's
+    structure, ``plate`` or the largest: :func:`plate_structure`) or ``"lowrank"`` (that
+    structure for the prior, each coordinate its own block where no plate gives one, and a
+    low-rank update of rank :func:`lowrank_rank`; unbound: :meth:`LowRankHessian.bind`)."""
     if curvature == "dense":
         return DenseHessian()
     structure = plate_structure(layout, plate)
+    if curvature == "lowrank":
+        if structure is None and plate is not None:
+            raise ValueError(f"curvature='lowrank': plate {plate!r} gives no block-arrowhead structure of the prior "
+                             f"(at least two entries, at most {LOCAL_MAX} latent coordinates per entry and "
+                             f"{GLOBAL_MAX} outside the plate).")
+        structure = structure or diagonal_structure(layout)
+        return LowRankHessian(structure, lowrank_rank(layout, structure))
     if structure is None:
         raise ValueError(f"curvature='arrowhead': no plate{'' if plate is None else ' ' + repr(plate)} of the "
                          f"model has a block-arrowhead structure (at least two entries, at most {LOCAL_MAX} "

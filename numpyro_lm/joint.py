@@ -209,7 +209,7 @@ def _check(result: JointResult, fetched, on_failure: str):
         error = float(np.max(np.asarray(jax.device_get(result.state.info.structure_error))))
         dtype = result.state.mode.dtype
         if not error <= structure_tol(dtype):
-            raise StructureError(structure_message(layout, result.options.plate, error, dtype))
+            raise StructureError(structure_message(layout, result.options.plate, error, dtype, result.options.curvature))
     if result.batch is None:
         check_fit(layout, result.checks(fetched)[0], result.state.curvature)
         return

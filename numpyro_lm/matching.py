@@ -30,7 +30,7 @@ from .batch import batch_of, pad, pad_inputs
 from .fallback import run_fallback
 from .errors import NotPositiveDefiniteError, check_options
 from .fit import FitOptions, default_starts
-from .hessian import StructureError, check_dense_memory, choose_curvature
+from .hessian import CURVATURES, StructureError, check_dense_memory, curvature_candidates
 from .joint import run_joint
 from .model import ModelInfo, model_info
 from .nested import run_nested
@@ -93,9 +93,13 @@ class LaplaceMatching:
     :param str curvature: how the mode search holds the Hessian (:mod:`numpyro_lm.hessian`):
         ``"dense"`` (``D x D``), ``"arrowhead"`` (the block-arrowhead structure of a plate's
         local sites and the global ones: ``O(D)`` time and memory, checked on a random probe at
-        every step) or ``"auto"`` (default): arrowhead above
-        :data:`~numpyro_lm.hessian.ARROWHEAD_MIN_DIM` coordinates where a plate gives one, else
-        dense. A dense curvature that would not fit in memory is refused before it is allocated.
+        every step), ``"lowrank"`` (the prior's block-arrowhead Hessian plus a low-rank update
+        of about the number of observations: a regression with more coefficients than data,
+        ``O(D m)``) or ``"auto"`` (default): above
+        :data:`~numpyro_lm.hessian.ARROWHEAD_MIN_DIM` coordinates the arrowhead where a plate
+        gives one, then the low-rank update where the observations are few, each tried where
+        the one before does not hold; else dense. A dense curvature that would not fit in
+        memory is refused before it is allocated.
     :param str plate: the plate of ``curvature="arrowhead"`` (default: the plate holding the most
         latent coordinates).
     :param dict compiler_options: XLA options of the compiled programs. The default,
@@ -113,8 +117,8 @@ class LaplaceMatching:
                  refine_num_samples: Optional[int] = None, refine_max_iter: int = 200,
                  compiler_options="auto", num_starts: Optional[int] = None, strategy: str = "auto",
                  fallback: Optional[str] = None, curvature: str = "auto", plate: Optional[str] = None):
-        if curvature not in ("auto", "dense", "arrowhead"):
-            raise ValueError(f'curvature must be "auto", "dense" or "arrowhead", not {curvature!r}')
+        if curvature not in CURVATURES:
+            raise ValueError(f"curvature must be one of {CURVATURES}, not {curvature!r}")
         check_options(method=method, num_samples=num_samples, refine=refine, refine_num_samples=refine_num_samples,
                       refine_max_iter=refine_max_iter, hyper=hyper, bases=bases, families=families,
                       strategy=strategy, fallback=fallback, num_starts=num_starts)
@@ -143,15 +147,14 @@ class LaplaceMatching:
                                             families=self.families)
         return self._infos[cache]
 
-    def _options(self, info: ModelInfo, curvature: Optional[str] = None) -> FitOptions:
-        curvature = curvature or choose_curvature(info.layout, self.curvature, self.plate)
-        if curvature == "arrowhead":  # Newton steps cost O(D): no L-BFGS warm start needed
+    def _options(self, info: ModelInfo, curvature: str) -> FitOptions:
+        if curvature != "dense":  # structured Newton steps cost O(D): no L-BFGS warm start needed
             method = "newton" if self.method == "auto" else self.method
         else:
             method = self.method if self.method != "auto" else ("newton" if info.size <= self.newton_max_dim
                                                                   else "lbfgs")
             why = {"dense": "curvature='dense' was asked for.",
-                   "auto": "no plate of the model gives a block-arrowhead structure that holds."}[self.curvature]
+                   "auto": "no structured curvature (block-arrowhead, low-rank update) holds for it."}[self.curvature]
             check_dense_memory(info.layout, jnp.dtype(jnp.result_type(float)).itemsize, why)
         return FitOptions(method, self.tol, self.max_iter, self.regularize, self.refine, self.refine_num_samples,
                           self.refine_max_iter, self.init_strategy, default_starts(info.size, self.num_starts),
@@ -169,14 +172,17 @@ class LaplaceMatching:
         common = dict(num_samples=self.num_samples,
                       compiler_options=resolve_compiler_options(self.compiler_options, info.layout),
                       progress_bar=self.progress_bar)
-        try:
-            result = self._fit(info, self._options(info), rng_key, args, kwargs, init_params, common)
-        except StructureError:
-            if self.curvature != "auto":
-                raise
-            # the plate's entries interact (a GP's whitened field, a regression's coefficients):
-            # the dense curvature, where it fits in memory (else check_dense_memory says so)
-            result = self._fit(info, self._options(info, "dense"), rng_key, args, kwargs, init_params, common)
+        candidates = curvature_candidates(info.layout, self.curvature, self.plate)
+        for i, curvature in enumerate(candidates):
+            try:
+                result = self._fit(info, self._options(info, curvature), rng_key, args, kwargs, init_params, common)
+                break
+            except StructureError:
+                # the structure does not hold at the fit (a plate's entries that interact, a
+                # likelihood of more than low rank): the next candidate, dense the last (where it
+                # fits in memory, else check_dense_memory says so)
+                if i == len(candidates) - 1:
+                    raise
         diagnostics = result.diagnostics()  # before the object changes: a failed call leaves it as it was
         previous, self._result = self._result, result  # only a fit that passed its checks replaces the last one
         if self.fallback == "nuts" and not diagnostics["trusted"]:
@@ -230,7 +236,13 @@ class LaplaceMatching:
         batch = batch_of(args, kwargs, batch_axes, devices)
         info = self._model_info(args, kwargs, batch.axes)
         args, kwargs = pad_inputs(args, kwargs, batch)
-        result = run_joint(info, self._options(info), rng_key, args, kwargs,
+        # a batch shares one program: the first curvature that does not need the model's prior per data set
+        curvature = next(c for c in curvature_candidates(info.layout, self.curvature, self.plate) if c != "lowrank"
+                         ) if self.curvature != "lowrank" else None
+        if curvature is None:
+            raise ValueError("curvature='lowrank' fits one data set at a time: call run() per data set, or pass "
+                             "curvature='dense' or 'arrowhead' to run_many.")
+        result = run_joint(info, self._options(info, curvature), rng_key, args, kwargs,
                            None if init_params is None else pad(init_params, batch), num_samples=self.num_samples,
                            compiler_options=compiler_options, progress_bar=self.progress_bar, batch=batch,
                            on_failure=on_failure)

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 from numpyro import handlers
 from numpyro.distributions.distribution import validation_enabled
 from numpyro.infer.initialization import init_to_uniform
-from numpyro.infer.util import log_density
+from numpyro.infer.util import compute_log_probs, log_density
 
 from .families import get_family
 from .structure import prior_parents
@@ -67,6 +67,17 @@ class ModelInfo(NamedTuple):
         with validation_enabled(False):
             value, _ = log_density(self.substituted(flat), args, kwargs or {}, {})
         return value
+
+    def log_prior(self, flat, args=(), kwargs=None):
+        """The latent sites' share of :meth:`log_density`: their log prior densities and the
+        bases' log-Jacobians, without the observed sites (the likelihood) and ``numpyro.factor``
+        terms of the model's own. Structured curvatures hold its Hessian exactly and the rest as
+        a low-rank update (:class:`numpyro_lm.hessian.LowRankHessian`)."""
+        latent = {s.name for s in self.layout.sites}
+        latent |= {f"_{name}_lm_log_det" for name in latent}
+        with validation_enabled(False):
+            terms, _ = compute_log_probs(self.substituted(flat), args, kwargs or {}, {})
+        return sum((v for k, v in terms.items() if k in latent), start=jnp.zeros((), jnp.result_type(float)))
 
     def trace(self, flat, args=(), kwargs=None):
         """The model's trace with the latent sites at ``flat`` (the LM Jacobian factors included)."""

@@ -4,6 +4,7 @@ from .base import Curvature, Gaussian, covariance, eigenvalue_range, singular_fl
 from .arrowhead import ArrowheadCurvature
 from .dense import CholeskyCurvature, DenseCurvature
 from .diagonal import DiagonalCurvature
+from .lowrank import LowRankUpdateCurvature
 
-__all__ = ["Curvature", "Gaussian", "DenseCurvature", "CholeskyCurvature", "ArrowheadCurvature", "DiagonalCurvature", "covariance", "singular_floor",
+__all__ = ["Curvature", "Gaussian", "DenseCurvature", "CholeskyCurvature", "ArrowheadCurvature", "DiagonalCurvature", "LowRankUpdateCurvature", "covariance", "singular_floor",
            "eigenvalue_range"]

@@ -46,8 +46,9 @@ import jax
 import jax.numpy as jnp
 
 from ..linalg import cholesky_columns, substitution
+from .base import power_extremes
 
-__all__ = ["ArrowheadCurvature", "arrowhead_factor", "modified_factor", "arrowhead_matvec"]
+__all__ = ["ArrowheadCurvature", "arrowhead_factor", "modified_factor", "absolute_blocks", "arrowhead_matvec"]
 
 
 def _chol_blocks(a):
@@ -103,6 +104,19 @@ def modified_factor(a, b, c):
     u = _upper_solve(la, _lower_solve(la, b))
     s = c - jnp.einsum("jig,jih->gh", b, u)
     return la, u, jnp.linalg.cholesky(_absolute(0.5 * (s + s.T)))
+
+
+def absolute_blocks(a, b, c):
+    """``(|A|, B, C~)``: the blocks of the positive definite :math:`\\tilde H` of
+    :func:`modified_factor`, :math:`C^\\sim = |S| + \\sum_j B_j^\\top |A_j|^{-1} B_j` so that its
+    Schur complement is :math:`|S|`; it differs from :math:`H` only in the blocks (and the
+    Schur complement) that are not positive definite."""
+    a_abs = _absolute(a)
+    la = _chol_blocks(a_abs)
+    u = _upper_solve(la, _lower_solve(la, b))
+    eliminated = jnp.einsum("jig,jih->gh", b, u)
+    s = c - eliminated
+    return a_abs, b, _absolute(0.5 * (s + s.T)) + 0.5 * (eliminated + eliminated.T)
 
 
 def arrowhead_matvec(local_index, global_index, a, b, c, v):
@@ -258,22 +272,9 @@ class ArrowheadCurvature(NamedTuple):
         return jnp.linalg.eigh(self.precision)
 
     def extreme_eigenvalues(self, num_iter: int = 50):
-        """``(lowest, highest)`` eigenvalue estimates of ``H``: power iteration on ``H`` and on
-        ``H^-1`` (the block solve) from a fixed start; lower bounds on the largest
-        eigenvalue and on the condition number, enough for a diagnostic."""
-        v0 = jnp.cos(jnp.arange(self.dim, dtype=self.a.dtype) * 0.7548776662) + 1.5
-
-        def power(op):
-            def body(_, v):
-                w = op(v)
-                return w / jnp.linalg.norm(w)
-
-            v = jax.lax.fori_loop(0, num_iter, body, v0 / jnp.linalg.norm(v0))
-            return v @ op(v)
-
-        high = power(self.matvec)
-        low = 1.0 / power(self.solve)
-        return jnp.where(self.positive(), low, -jnp.inf), high
+        """``(lowest, highest)`` eigenvalue estimates of ``H`` (:func:`~numpyro_lm.curvature.base.power_extremes`:
+        power iteration with the block solve)."""
+        return power_extremes(self.matvec, self.solve, self.dim, self.a.dtype, self.positive(), num_iter)
 
     def diagonal(self):
         """The precision's diagonal ``(D,)``."""

@@ -33,10 +33,11 @@ from __future__ import annotations
 
 from typing import NamedTuple, Protocol, runtime_checkable
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["Curvature", "Gaussian", "covariance", "singular_floor", "eigenvalue_range"]
+__all__ = ["Curvature", "Gaussian", "covariance", "singular_floor", "eigenvalue_range", "power_extremes"]
 
 
 @runtime_checkable
@@ -80,6 +81,26 @@ def eigenvalue_range(curvature):
         return curvature.extreme_eigenvalues()
     w = curvature.spectrum()[0]
     return w[0], w[-1]
+
+
+def power_extremes(matvec, solve, dim: int, dtype, positive, num_iter: int = 50):
+    """``(lowest, highest)`` eigenvalue estimates of a positive definite ``H`` given as
+    ``matvec`` and ``solve``: power iteration on ``H`` and on ``H^-1`` from a fixed start
+    (lower bounds on the largest eigenvalue and on the condition number, enough for a
+    diagnostic); the lowest is ``-inf`` where ``positive`` is false."""
+    v0 = jnp.cos(jnp.arange(dim, dtype=dtype) * 0.7548776662) + 1.5
+
+    def power(op):
+        def body(_, v):
+            w = op(v)
+            return w / jnp.linalg.norm(w)
+
+        v = jax.lax.fori_loop(0, num_iter, body, v0 / jnp.linalg.norm(v0))
+        return v @ op(v)
+
+    high = power(matvec)
+    low = 1.0 / power(solve)
+    return jnp.where(positive, low, -jnp.inf), high
 
 
 def covariance(curvature) -> jnp.ndarray:

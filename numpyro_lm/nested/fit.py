@@ -20,8 +20,8 @@ from tqdm.auto import tqdm
 
 from ..curvature import DenseCurvature, DiagonalCurvature, Gaussian
 from ..families import get_family
-from ..hessian import (ArrowheadHessian, PlateStructure, StructureError, check_dense_memory, plate_structure,
-                       structure_message, structure_tol)
+from ..hessian import (ArrowheadHessian, LowRankHessian, PlateStructure, StructureError, check_dense_memory,
+                       lowrank_rank, plate_structure, structure_message, structure_tol)
 from ..marginals import is_elementwise
 from ..errors import FitChecks, check_fit
 from ..fit import FitOptions, constrained, initial_point, log_densities, origin_point
@@ -74,9 +74,11 @@ def hyper_sites(layout, hyper, parents=None) -> list:
 
 
 def inner_hessian(layout, theta_index: tuple, curvature: str, plate=None):
-    """The inner fits' Hessian strategy over the coordinates outside ``theta_index``: dense, or
-    the plate's block-arrowhead structure with the hyperparameters taken out of its globals
-    (``None`` where a hyperparameter lies inside the plate: the inner fits are then dense)."""
+    """The inner fits' Hessian strategy over the coordinates outside ``theta_index``: dense
+    (``None``), or the plate's block-arrowhead structure with the hyperparameters taken out of
+    its globals (``None`` where a hyperparameter lies inside the plate: the inner fits are then
+    dense); for ``curvature="lowrank"`` that structure (each coordinate its own block where no
+    plate gives one) under a low-rank update, unbound (:meth:`~numpyro_lm.hessian.LowRankHessian.bind`)."""
     if curvature == "dense":
         return None
     structure = plate_structure(layout, plate)
@@ -84,11 +86,17 @@ def inner_hessian(layout, theta_index: tuple, curvature: str, plate=None):
     position = np.full(layout.size, -1)
     x_index = np.setdiff1d(np.arange(layout.size), hyper)
     position[x_index] = np.arange(x_index.size)
+    if curvature == "lowrank" and structure is None:
+        inner = PlateStructure("", np.arange(x_index.size, dtype=np.int32)[:, None], np.zeros(0, np.int32))
+        return LowRankHessian(inner, min(x_index.size, lowrank_rank(layout, inner)))
     if structure is None or np.any(position[structure.local_index] < 0):
         return None
     glob = position[structure.global_index]
-    return ArrowheadHessian(PlateStructure(structure.plate, position[structure.local_index].astype(np.int32),
-                                           glob[glob >= 0].astype(np.int32)))
+    inner = PlateStructure(structure.plate, position[structure.local_index].astype(np.int32),
+                           glob[glob >= 0].astype(np.int32))
+    if curvature == "lowrank":
+        return LowRankHessian(inner, min(x_index.size, lowrank_rank(layout, inner)))
+    return ArrowheadHessian(inner)
 
 
 def _inner(info, tol, max_iter, theta_index: tuple, gaussian_cols: tuple, curvature: str, plate, thetas, x0s,
@@ -100,10 +108,15 @@ def _inner(info, tol, max_iter, theta_index: tuple, gaussian_cols: tuple, curvat
     def neg(theta, x):
         return -info.log_density(site_values(layout, theta_index, theta, x), args, kwargs)
 
+    def at(theta):  # the strategy at theta (the low-rank update needs the prior there)
+        if not hasattr(hessian, "bind"):
+            return hessian
+        return hessian.bind(lambda x: -info.log_prior(site_values(layout, theta_index, theta, x), args, kwargs))
+
     # one point after another (lax.map), not vmap: a point's fit compiles without the batching
     # transformation (a quarter less compile time of a nested fit, the same run time), and
     # each point's Newton iterations stop when it converges
-    fits, curvature = lax.map(lambda tx: conditional_fit(neg, tx[0], tx[1], tol, max_iter, hessian), (thetas, x0s))
+    fits, curvature = lax.map(lambda tx: conditional_fit(neg, tx[0], tx[1], tol, max_iter, at(tx[0])), (thetas, x0s))
     shift = jnp.zeros_like(fits.x)
     if np.any(gaussian_cols):  # only the design's points need it (not the mode search's)
         if hessian is None:
@@ -111,7 +124,7 @@ def _inner(info, tol, max_iter, theta_index: tuple, gaussian_cols: tuple, curvat
                 return mean_shift(neg, *a)
         else:
             def shifted(a):
-                return structured_mean_shift(neg, *a, hessian)
+                return structured_mean_shift(neg, *a, at(a[0]))
         shift = lax.cond(
             with_shift,
             lambda: jnp.where(gaussian_cols, lax.map(shifted, (thetas, fits.x, curvature)), 0.0),
@@ -239,7 +252,7 @@ def run_nested(info, options: FitOptions, hyper, rng_key, args, kwargs, init_par
         parts = [call((arrays[0][i : i + batch], arrays[1][i : i + batch], flag)) for i in range(0, n + pad, batch)]
         fits = jax.tree.map(lambda *a: np.concatenate(a)[:n], *parts)
         if structured:
-            _check_structure(layout, options.plate, fits.structure_error, dtype)
+            _check_structure(layout, options, fits.structure_error, dtype)
         return fits
 
     marginal.batch, marginal.coarse = batch, structured
@@ -333,8 +346,8 @@ def _event_columns(layout, theta_index) -> np.ndarray:
     return cols
 
 
-def _check_structure(layout, plate, errors, dtype):
-    """Refuse inner fits whose block-arrowhead structure did not hold (:mod:`numpyro_lm.hessian`)."""
+def _check_structure(layout, options, errors, dtype):
+    """Refuse inner fits whose structure did not hold (:mod:`numpyro_lm.hessian`)."""
     worst = float(np.nanmax(np.asarray(errors, np.float64), initial=0.0))
     if worst > structure_tol(dtype):
-        raise StructureError(structure_message(layout, plate, worst, dtype))
+        raise StructureError(structure_message(layout, options.plate, worst, dtype, options.curvature))
