@@ -145,7 +145,7 @@ def run_auto(info, options: FitOptions, rng_key, args, kwargs, init_params=None,
         # over hyperparameters the joint mode is the wrong summary (numpyro_lm.structure)
         result, ok = attempt("nested", lambda: run_nested(info, options, hyper, rng_key, args, kwargs, init_params,
                                                           **common))
-        if ok or (result is not None and options.curvature == "arrowhead"):
+        if ok or (result is not None and options.curvature != "dense"):
             # a large model: its joint mode is the wrong summary over the hyperparameters, and
             # joint importance weights over 10^3-10^5 coordinates are unreliable for any
             # approximation (small errors per coordinate add up), so no rung below can do better

@@ -41,6 +41,8 @@ def not_positive_definite(layout, curvature, data_set: Optional[int] = None) -> 
     flat directions (their share of the offending eigenvectors)."""
     if hasattr(curvature, "failing_blocks"):
         return _structured_not_positive_definite(layout, curvature, data_set)
+    if hasattr(curvature, "failing_directions"):
+        return _lowrank_not_positive_definite(layout, curvature, data_set)
     eigval, eigvec = jax.device_get(curvature.spectrum())
     dtype = np.asarray(eigval).dtype
     eigval, eigvec = np.asarray(eigval, np.float64), np.asarray(eigvec, np.float64)
@@ -94,6 +96,23 @@ def _structured_not_positive_definite(layout, curvature, data_set) -> NotPositiv
         f"{_where(data_set)}the negative Hessian at the mode is not positive definite (or numerically singular) "
         f"in {' and '.join(parts)}. Likely cause: a direction the data and priors do not identify there; give "
         "it a proper prior, use float64, or as a last resort pass regularize=<ridge> (this changes the posterior)."
+    )
+
+
+def _lowrank_not_positive_definite(layout, curvature, data_set) -> NotPositiveDefiniteError:
+    """:func:`not_positive_definite` for a low-rank-updated curvature: the coordinates of the
+    update's directions that are not positive (no dense spectrum of ``D`` coordinates)."""
+    if not bool(jax.device_get(curvature.base.positive())):
+        return not_positive_definite(layout, curvature.base, data_set)
+    weights = np.asarray(jax.device_get(curvature.failing_directions()), np.float64)
+    top = np.argsort(-weights)[:5]
+    where = ", ".join(f"{layout.coordinate(int(i))} ({weights[i]:.2f})" for i in top if weights[i] > 1e-3)
+    return NotPositiveDefiniteError(
+        f"{_where(data_set)}the negative Hessian at the mode is not positive definite along directions that "
+        f"involve {where or 'many coordinates'}. Likely cause: the model has no joint mode there (with more "
+        "coefficients than observations a regression can fit the data exactly and its noise scale collapses "
+        "to zero: use nested Laplace over the scale, hyper=[...], or the default strategy), or a direction the "
+        "data and priors do not identify (give it a proper prior, use float64)."
     )
 
 

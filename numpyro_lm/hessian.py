@@ -50,7 +50,7 @@ from .optimize import newton_step, value_grad_hessian
 __all__ = ["DenseHessian", "ArrowheadHessian", "LowRankHessian", "PlateStructure", "plate_structure", "structure_tol",
            "ARROWHEAD_MIN_DIM", "GLOBAL_MAX", "LOCAL_MAX", "LOWRANK_MAX", "dense_bytes", "available_bytes",
            "check_dense_memory", "DenseMemoryError", "StructureError", "structure_message", "CURVATURES",
-           "curvature_candidates", "choose_curvature", "hessian_for", "lowrank_rank"]
+           "curvature_candidates", "choose_curvature", "hessian_for", "lowrank_rank", "LOWRANK_MARGIN"]
 
 ARROWHEAD_MIN_DIM = 500
 """``curvature="auto"`` uses a plate's block-arrowhead structure above this many coordinates
@@ -75,7 +75,7 @@ class DenseHessian(NamedTuple):
         square = jnp.zeros(x0.shape[-1:] * 2, x0.dtype)
         return square, square
 
-    def evaluate(self, fn, x):
+    def evaluate(self, fn, x, previous=None):
         value, grad, hess = value_grad_hessian(fn, x)
         return value, grad, hess, jnp.zeros((), x.dtype)
 
@@ -186,7 +186,7 @@ class ArrowheadHessian(NamedTuple):
         zeros = (jnp.zeros((j, b, b), x0.dtype), jnp.zeros((j, b, g), x0.dtype), jnp.zeros((g, g), x0.dtype))
         return zeros, zeros
 
-    def evaluate(self, fn, x):
+    def evaluate(self, fn, x, previous=None):
         local, glob = self.structure.local_index, self.structure.global_index
         probes = self._probes(x.dtype)
         value, grad = jax.value_and_grad(fn)(x)
@@ -269,7 +269,7 @@ class LowRankHessian(NamedTuple):
                  jnp.zeros((d, m), dtype), jnp.zeros((m, m), dtype))
         return zeros, zeros
 
-    def evaluate(self, fn, x):
+    def evaluate(self, fn, x, previous=None):
         if self.prior is None:
             raise ValueError("LowRankHessian needs the model's prior: bind(prior) first")
         d, dtype = x.shape[-1], x.dtype
@@ -277,22 +277,39 @@ class LowRankHessian(NamedTuple):
         colours = ArrowheadHessian(self.structure)._probes(dtype)[:-1]
         blocks = absolute_blocks(*coloured_blocks(self.structure, _products(self.prior, x, colours)))
         base = ArrowheadCurvature.from_blocks(self.structure.local_index, self.structure.global_index, *blocks)
+        hvp = jax.grad(fn)
 
         def rest(v):  # (H - M) v
-            return jax.jvp(jax.grad(fn), (x,), (v,))[1] - base.matvec(v)
+            return jax.jvp(hvp, (x,), (v,))[1] - base.matvec(v)
 
         def rest_rows(v):  # a block of rows at a time: matrix products, bounded memory
             return jax.lax.map(rest, v, batch_size=min(v.shape[0], RANGE_BATCH))
 
-        probes = jax.random.normal(jax.random.PRNGKey(0), (self.rank, d), dtype)
-        # the range's basis is taken as fixed under differentiation (the nested fit's mean shift
-        # differentiates log det H): a QR factor of a rank-deficient block has no derivative
-        q = jax.lax.stop_gradient(jnp.linalg.qr(rest_rows(probes).T)[0])  # (D, m)
-        bmat = q.T @ rest_rows(q.T).T
         probe = jnp.asarray(np.random.default_rng(1).choice([-1.0, 1.0], d), dtype)
-        exact = jax.jvp(jax.grad(fn), (x,), (probe,))[1]
-        structured = base.matvec(probe) + q @ (bmat @ (q.T @ probe))
-        return value, grad, blocks + (q, 0.5 * (bmat + bmat.T)), _relative_error(exact, structured)
+        exact = jax.jvp(hvp, (x,), (probe,))[1]
+
+        def update(q):  # B = Q'(H - M)Q and the probe's relative error
+            bmat = q.T @ rest_rows(q.T).T
+            bmat = 0.5 * (bmat + bmat.T)
+            return q, bmat, _relative_error(exact, base.matvec(probe) + q @ (bmat @ (q.T @ probe)))
+
+        def fresh():
+            probes = jax.random.normal(jax.random.PRNGKey(0), (self.rank, d), dtype)
+            # the range's basis is taken as fixed under differentiation (the nested fit's mean
+            # shift differentiates log det H): a QR factor of a rank-deficient block has none
+            return update(jax.lax.stop_gradient(jnp.linalg.qr(rest_rows(probes).T)[0]))
+
+        def again():
+            # the previous step's range, where it still spans the update (a regression's
+            # likelihood keeps its range): rank products instead of twice as many
+            reused = update(jax.lax.stop_gradient(previous[3]))
+            return jax.lax.cond(reused[2] <= structure_tol(dtype), lambda: reused, fresh)
+
+        if previous is None:
+            q, bmat, error = fresh()
+        else:
+            q, bmat, error = jax.lax.cond(jnp.any(previous[3] != 0), again, fresh)
+        return value, grad, blocks + (q, bmat), error
 
     def curvature(self, hess, regularize=None):
         a, b, c, q, bmat = hess
@@ -305,7 +322,7 @@ class LowRankHessian(NamedTuple):
     def step(self, grad, hess):
         curv = self.curvature(hess)
         positive = curv.positive()
-        used = curv._replace(mu=jnp.where(positive, curv.mu, curv.modified().mu))  # saddle-free elsewhere
+        used = curv._replace(mu=jnp.where(positive, curv.mu, curv.absolute_mu()))  # saddle-free elsewhere (a solve needs mu only)
         solved = used.solve(grad)
         decrement = jnp.sqrt(jnp.maximum(jnp.dot(grad, solved), 0.0))
         return -solved, decrement, hess, positive

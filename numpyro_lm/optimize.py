@@ -230,9 +230,9 @@ def newton_iteration(fn: Callable, s: NewtonState, tol: float, hessian=None) -> 
     rejected = s._replace(converged=polishing | at_noise_floor, polished=polishing | at_noise_floor,
                           stalled=(~polishing) & (~at_noise_floor) & (s.t < 2.0**-40), t=0.5 * s.t)
     if getattr(hessian, "value_first", False):
-        s = lax.cond(accepts(fn(trial)), lambda: moved(*hessian.evaluate(fn, trial)), lambda: rejected)
+        s = lax.cond(accepts(fn(trial)), lambda: moved(*hessian.evaluate(fn, trial, s.hess)), lambda: rejected)
     else:
-        evaluated = hessian.evaluate(fn, trial)
+        evaluated = hessian.evaluate(fn, trial, s.hess)
         accept = accepts(evaluated[0])
         s = jax.tree.map(lambda a, r: jnp.where(accept, a, r), moved(*evaluated), rejected)
     return s._replace(num_iter=s.num_iter + 1)

@@ -104,8 +104,23 @@ def random_diagonal_with_block(seed=0):
     return DiagonalCurvature(jnp.asarray(p), jnp.asarray([5, 1, 3]), jnp.asarray(m @ m.T + np.eye(3)))
 
 
+def random_lowrank_update(seed=0, rank=3):
+    """An arrowhead ``M`` plus ``Q B Q'`` with ``B`` indefinite (one negative eigenvalue) and
+    ``H`` still positive definite, as the likelihood of a regression gives with the prior's
+    non-positive blocks."""
+    from numpyro_lm.curvature import LowRankUpdateCurvature
+
+    base = random_arrowhead(4, 2, 3, seed=seed)
+    rng = np.random.default_rng(seed + 10)
+    q = np.linalg.qr(rng.normal(size=(base.dim, rank)))[0]
+    b = np.diag(np.r_[-0.5, np.linspace(1.0, 4.0, rank - 1)])
+    assert np.linalg.eigvalsh(np.asarray(base.precision) + q @ b @ q.T)[0] > 0
+    return LowRankUpdateCurvature.from_update(base, jnp.asarray(q), jnp.asarray(b))
+
+
 STRUCTURED = {
     "arrowhead": lambda: random_arrowhead(4, 2, 3),
+    "lowrank-update": random_lowrank_update,
     "arrowhead-scalar-blocks": lambda: random_arrowhead(6, 1, 2, seed=1),
     "arrowhead-no-globals": lambda: random_arrowhead(3, 2, 0, seed=2),
     "diagonal-with-block": random_diagonal_with_block,
@@ -149,3 +164,31 @@ def test_arrowhead_flags_a_block_that_is_not_positive_definite():
     assert np.all(np.isnan(np.asarray(flagged.variance())))
     local, schur = flagged.failing_blocks()
     assert bool(local[2]) and int(np.sum(np.asarray(local))) == 1
+
+
+def test_lowrank_update_flags_a_direction_that_is_not_positive():
+    """A negative update larger than the base along one direction: ``positive()`` is false,
+    variances are NaN, ``failing_directions`` points at that direction, and ``modified()`` is
+    the positive definite counterpart with the same eigenvectors."""
+    from numpyro_lm.curvature import LowRankUpdateCurvature
+
+    base = random_arrowhead(4, 2, 3)
+    e = np.zeros((base.dim, 1))
+    e[5, 0] = 1.0
+    h = np.asarray(base.precision)
+    c = LowRankUpdateCurvature.from_update(base, jnp.asarray(e), jnp.asarray([[-3.0 * h[5, 5]]]))
+    assert np.linalg.eigvalsh(h - 3.0 * h[5, 5] * e @ e.T)[0] < 0
+    assert not bool(c.positive())
+    assert np.all(np.isnan(np.asarray(c.variance())))
+    assert int(np.argmax(np.asarray(c.failing_directions()))) == 5
+    fixed = c.modified()
+    assert bool(fixed.positive())
+    # along x = S y (y the update's direction) the quadratic form is 1 + mu < 0 for H and
+    # |1 + mu| for the modified precision; on S-orthogonal directions they agree
+    x = np.asarray(base.inv_sqrt(c.y[:, 0]))
+    quad = x @ np.asarray(c.precision) @ x
+    assert quad < 0
+    np.testing.assert_allclose(x @ np.asarray(fixed.precision) @ x, -quad, rtol=1e-10)
+    other = np.asarray(base.inv_sqrt(jnp.asarray(np.linalg.qr(np.c_[c.y, np.eye(base.dim)[:, :1]])[0][:, 1])))
+    np.testing.assert_allclose(np.asarray(fixed.precision) @ other, np.asarray(c.precision) @ other, rtol=1e-10,
+                               atol=1e-10)

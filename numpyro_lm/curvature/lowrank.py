@@ -80,8 +80,16 @@ class LowRankUpdateCurvature(NamedTuple):
     def modified(self) -> "LowRankUpdateCurvature":
         """The positive definite :math:`S^{-\\top}(I + Y(|1+\\mu| - 1)Y^\\top)S^{-1}` (floored at
         ``eps``): the saddle-free counterpart used for a descent step where :math:`H` is not."""
+        mu = self.absolute_mu()
+        # the change S^-T Y diag(mu' - mu) Y' S^-1 lies in the range of Q (S^-T Y = M S Y and
+        # S Y spans S S' range(Q)): B gains W diag(mu' - mu) W' with W = Q' S^-T Y
+        w = self.base.whiten(_rows(self.q)) @ self.y
+        return self._replace(b=self.b + (w * (mu - self.mu)) @ w.T, mu=mu)
+
+    def absolute_mu(self):
+        """:meth:`modified`'s ``mu``: ``|1 + mu| - 1``, floored at ``eps`` (all a solve needs)."""
         floor = jnp.finfo(self.mu.dtype).eps * jnp.maximum(jnp.max(jnp.abs(1.0 + self.mu), initial=1.0), 1.0)
-        return self._replace(mu=jnp.maximum(jnp.abs(1.0 + self.mu), floor) - 1.0)
+        return jnp.maximum(jnp.abs(1.0 + self.mu), floor) - 1.0
 
     @property
     def dim(self) -> int:
