@@ -1,19 +1,21 @@
-r"""How the mode search evaluates and inverts the curvature: dense, or block-arrowhead from a plate.
+r"""How the mode search evaluates and inverts the curvature: dense, block-arrowhead from a plate,
+or the prior's structure plus a low-rank update.
 
 A *Hessian strategy* is a small object the Newton method (:mod:`numpyro_lm.optimize`) is
 given, blackjax-style, instead of a flag:
 
-=====================  ======================================================================
-``init(x0)``           ``(hess, factor)``: empty pytrees of the strategy's shapes
-``evaluate(fn, x)``    ``(value, grad, hess, error)``: ``fn``, its gradient and its Hessian
-                       as the strategy stores it; ``error`` the relative error of the
-                       stored structure on a random probe (0 where nothing is assumed)
-``step(grad, hess)``   ``(step, decrement, factor, positive)``: the Newton step (a descent
-                       step where ``hess`` is not positive definite) and its length in
-                       posterior SDs
-``curvature(hess)``    the :class:`~numpyro_lm.curvature.Curvature` of the Laplace Gaussian
-``half_logdet(f)``     :math:`\tfrac12\log\det H` from the factor
-=====================  ======================================================================
+=========================  ==================================================================
+``init(x0)``               ``(hess, factor)``: empty pytrees of the strategy's shapes
+``evaluate(fn, x, prev)``  ``(value, grad, hess, error)``: ``fn``, its gradient and its
+                           Hessian as the strategy stores it (``prev``: the last accepted
+                           point's, which a strategy may reuse); ``error`` the relative error
+                           of the stored structure on a random probe (0 where nothing is assumed)
+``step(grad, hess)``       ``(step, decrement, factor, positive)``: the Newton step (a descent
+                           step where ``hess`` is not positive definite) and its length in
+                           posterior SDs
+``curvature(hess)``        the :class:`~numpyro_lm.curvature.Curvature` of the Laplace Gaussian
+``half_logdet(f)``         :math:`\tfrac12\log\det H` from the factor
+=========================  ==================================================================
 
 :class:`DenseHessian`: ``D`` Hessian-vector products (forward over reverse, one vmapped
 trace), ``O(D^2)`` memory and a Cholesky factor: the right choice up to a few thousand
@@ -31,6 +33,12 @@ the likelihood keeps them apart (a GP's whitened field sits in a plate and coupl
 entry through ``L z``). The relative error of the structured product on that probe is
 carried to the fit's info (``structure_error``); where it exceeds :func:`structure_tol` the
 structure does not hold and the fit is refused, naming the plate.
+
+:class:`LowRankHessian`: where the likelihood couples every entry of the plate but has few
+observations (a regression with more coefficients than data), the *prior's* Hessian is
+block-arrowhead and the rest has low rank: :math:`H = M + Q B Q^\top`
+(:mod:`numpyro_lm.curvature.lowrank`), found by a randomised range finder on
+Hessian-vector products and checked by the same kind of probe.
 """
 
 from __future__ import annotations

@@ -107,6 +107,27 @@ def _split_normal(rng, sigma, n):
     return z, log_density
 
 
+def _cholesky(cov):
+    """Cholesky factors of the design points' conditional covariances ``(K, n, n)``. A point
+    deep in a funnel (a hierarchical scale near zero) has a covariance whose smallest
+    eigenvalues, computed in float32, are rounding: one slightly negative makes the
+    factorisation fail. Those points' eigenvalues are floored at float32's resolution of
+    their largest (the precision they were computed to); the others are factored as they are."""
+    try:
+        return np.linalg.cholesky(cov)
+    except np.linalg.LinAlgError:
+        out = np.empty_like(cov)
+        floor = np.finfo(np.float32).eps
+        for i, c in enumerate(cov):
+            try:
+                out[i] = np.linalg.cholesky(c)
+            except np.linalg.LinAlgError:
+                w, q = np.linalg.eigh(0.5 * (c + c.T))
+                w = np.maximum(w, floor * np.max(np.abs(w)))
+                out[i] = np.linalg.cholesky((q * w) @ q.T)
+        return out
+
+
 def _by_point(k, eps, chol):
     """``chol[k_n] @ eps_n`` for every draw, grouped by design point (no (n, Dx, Dx) gather)."""
     out = np.empty_like(eps)
@@ -182,7 +203,7 @@ def draw(rng: np.random.Generator, design: NestedDesign, layout, num_samples: in
         eps = rng.standard_normal((num_samples, dx))
         quad = np.sum(eps**2, 1)
         x_mean = design.x_mean[k] + np.einsum("nia,na->ni", design.x_slope[k], u)
-        chol = np.linalg.cholesky(design.x_cov)
+        chol = _cholesky(design.x_cov)
         noise, log_det = _by_point(k, eps, chol), np.sum(np.log(np.diagonal(chol, axis1=1, axis2=2)), axis=1)
         x = x_mean + noise
         mean_of = lambda cols: x_mean[:, cols]  # noqa: E731
