@@ -19,10 +19,13 @@ variance component (Breslow and Lin 1995); the correction is the ratio
 
 added to :math:`\log\tilde p(\theta \mid y)` at the joint conditional mode (the globals at
 theirs). The model gives only the sum :math:`\sum_j f_j`; its *gradient* separates (block
-:math:`j`'s coordinate sees only :math:`f_j`), so every :math:`\varphi_j` comes at once from
-the gradient along the ray :math:`\hat z + t\,\delta` (all blocks moved together),
-:math:`\varphi_j(\delta_j) = \int_0^1 \delta_j\, \partial_{z_j} \log p(\hat z + t\delta)\,dt`,
-by Gauss-Legendre: ``(GH_NODES - 1) * GL_NODES`` gradients of the model whatever ``J``.
+:math:`j`'s coordinate sees only :math:`f_j`), so one gradient at
+:math:`\hat z + \sqrt2\,s\,x_k` (every block moved to its own node :math:`k` at once) gives
+every block's slope :math:`h_j(x_k) = \sqrt2 s_j\,\partial_{z_j}\log p` there. The slope's
+polynomial interpolant through the :math:`K` nodes and :math:`h_j'(0) = -2` (the curvature
+that set :math:`s_j`) is integrated exactly: :math:`\varphi_j(\sqrt2 s_j x_k) =
+\int_0^{x_k} h_j`. ``GH_NODES`` gradients of the model whatever ``J``; on binary groups of
+five observations the corrected integral is 3e-5 nats from the exact one, Laplace's 0.1.
 """
 
 from __future__ import annotations
@@ -34,12 +37,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["GH_NODES", "GL_NODES", "block_quadrature_correction"]
+__all__ = ["GH_NODES", "block_quadrature_correction"]
 
-GH_NODES = 7
-"""Gauss-Hermite nodes per block (exact for polynomials of degree 13 times the Gaussian; on binary groups of five observations 2e-4 nats from the exact integral against 0.1 for Laplace)."""
-GL_NODES = 4
-"""Gauss-Legendre nodes along each ray (exact for degree 7 in the ray parameter)."""
+GH_NODES = 9
+"""Gauss-Hermite nodes per block (the gradients of the model the correction costs)."""
+
+
+def _increments(num_nodes: int):
+    """``(nodes, weights, M)``: Gauss-Hermite nodes and weights, and the ``(K, K + 1)`` map
+    from the slopes ``h(x_k)`` and ``h'(0)`` to :math:`\\int_0^{x_k} h` of their interpolating
+    polynomial (degree ``K``)."""
+    nodes, weights = np.polynomial.hermite.hermgauss(num_nodes)
+    conditions = np.vstack([np.vander(nodes, num_nodes + 1, increasing=True), np.eye(1, num_nodes + 1, 1)])
+    integrals = np.vander(nodes, num_nodes + 2, increasing=True)[:, 1:] / np.arange(1, num_nodes + 2)
+    return nodes, weights, integrals @ np.linalg.inv(conditions)
 
 
 def block_quadrature_correction(log_density: Callable, x, local_index, precision):
@@ -49,21 +60,14 @@ def block_quadrature_correction(log_density: Callable, x, local_index, precision
     :param local_index: ``(J,)`` the local coordinates, one per block.
     :param precision: ``(J,)`` their conditional precisions :math:`A_j` (the curvature's local blocks).
     """
-    nodes, weights = np.polynomial.hermite.hermgauss(GH_NODES)
-    t, w = np.polynomial.legendre.leggauss(GL_NODES)
-    t, w = jnp.asarray(0.5 * (t + 1.0), x.dtype), jnp.asarray(0.5 * w, x.dtype)
-    moved = nodes != 0.0
+    nodes, weights, to_increments = _increments(GH_NODES)
     scale = math.sqrt(2.0) / jnp.sqrt(precision)  # sqrt(2) s_j
-    steps = jnp.asarray(nodes[moved], x.dtype)[:, None] * scale[None, :]  # (K', J)
     # recomputed, not stored, when differentiated (the mean shift): one model's intermediates at a time
     grad = jax.checkpoint(jax.grad(log_density))
-
-    def increment(step):  # phi_j(step_j) for every block j
-        slopes = jax.lax.map(lambda u: grad(x.at[local_index].add(u * step))[local_index], t)  # (L, J)
-        return step * (w @ slopes)
-
-    phi = jnp.zeros((nodes.size, local_index.shape[0]), x.dtype).at[np.flatnonzero(moved)].set(
-        jax.lax.map(increment, steps))
+    slopes = jax.lax.map(lambda node: grad(x.at[local_index].add(node * scale))[local_index] * scale,
+                         jnp.asarray(nodes, x.dtype))  # (K, J)
+    known = jnp.full((1, local_index.shape[0]), -2.0, x.dtype)  # h'(0) = 2 s^2 f'' = -2
+    phi = jnp.asarray(to_increments, x.dtype) @ jnp.concatenate([slopes, known])
     terms = jnp.asarray(np.log(weights) + nodes**2 - 0.5 * np.log(np.pi), x.dtype)[:, None] + phi
     correction = jnp.sum(jax.scipy.special.logsumexp(terms, axis=0))
     return jnp.where(jnp.isfinite(correction), correction, 0.0)
