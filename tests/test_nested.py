@@ -9,6 +9,7 @@ import numpyro
 import numpyro.distributions as dist
 import pytest
 from jax.scipy.special import digamma
+from scipy import special
 from numpyro.infer import MCMC
 
 from hierarchical_models import MODELS
@@ -247,3 +248,60 @@ def test_block_quadrature_corrects_the_laplace_integral_of_each_block(x64):
     assert abs(laplace - exact) > 1e-2  # what the correction is for
     # the 9-node rule with the interpolated slopes on these skewed integrands: measured 2.6e-5 nats
     assert abs(corrected - exact) < 1e-4 and abs(corrected - exact) < abs(laplace - exact) / 1000
+
+
+def poisson_glmm(group, num_groups, y=None):
+    beta = numpyro.sample("beta", dist.Normal(0.0, 1.0))
+    sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
+    with numpyro.plate("groups", num_groups):
+        z = numpyro.sample("z", dist.Normal(0.0, 1.0))
+    with numpyro.plate("obs", group.size):
+        numpyro.sample("y", dist.Poisson(jnp.exp(beta + sigma * z[group])), obs=y)
+
+
+def test_scalar_block_marginal_matches_the_exact_integral(x64):
+    """The structured inner fits' log p~(sigma | y) of a Poisson GLMM (30 groups of three
+    counts) against the exact marginal (Gauss-Hermite over each group's intercept, a fine grid
+    over the fixed effect): with the blocks' Gauss-Hermite correction and the globals' shift its
+    differences between three values of sigma are exact to a few thousandths of a nat (measured
+    4e-3 and 7e-4; without the globals' shift 0.010 and 0.019), where the joint Laplace
+    marginal's are off by 0.11 and 0.13."""
+    from numpyro_lm.model import model_info
+    from numpyro_lm.nested.fit import _inner
+    from numpyro_lm.optimize import value_grad_hessian
+    from numpyro_lm.programs import program
+
+    rng = np.random.default_rng(0)
+    group = np.repeat(np.arange(30), 3).astype(np.int32)
+    y = rng.poisson(np.exp(0.3 + 0.8 * rng.normal(size=30))[group]).astype(np.float64)
+    args, kwargs = (group, 30), {"y": y}
+    info = model_info(poisson_glmm, args, kwargs)
+    sigma_index = info.layout.site("sigma").offset
+    x_index = np.setdiff1d(np.arange(info.size), [sigma_index])
+    inner = program(_inner, info, 1e-10, 100, (sigma_index,), tuple([True] * x_index.size), "arrowhead", None)
+    thetas = np.log([0.5, 0.8, 1.2])[:, None]
+    fits = jax.device_get(inner((thetas, np.zeros((3, x_index.size)), np.asarray(True)), args, kwargs))
+    ours = np.asarray(fits.log_density)
+
+    def neg(theta, x):
+        flat = jnp.zeros(info.size).at[x_index].set(x).at[sigma_index].set(theta)
+        return -info.log_density(flat, args, kwargs)
+
+    laplace = np.array([-float(neg(t[0], x)) - 0.5 * np.linalg.slogdet(np.asarray(
+        value_grad_hessian(lambda v: neg(t[0], v), jnp.asarray(x))[2]))[1] for t, x in zip(thetas, fits.x)])
+    nodes, weights = np.polynomial.hermite_e.hermegauss(80)  # probabilists': int N(z) g(z)
+    beta = np.linspace(-4.0, 4.0, 4001)
+    exact = []
+    for sigma in np.exp(thetas[:, 0]):
+        rate = np.exp(beta[:, None, None] + sigma * nodes[None, None, :])  # (beta, 1, node)
+        counts = y.reshape(30, 3)
+        log_lik = np.sum(counts[None, :, :, None] * np.log(rate[:, :, None, :]) - rate[:, :, None, :]
+                         - special.gammaln(counts + 1)[None, :, :, None], axis=2)  # (beta, group, node)
+        per_group = special.logsumexp(log_lik + np.log(weights / np.sqrt(2 * np.pi)), axis=-1)
+        integrand = np.sum(per_group, axis=1) - 0.5 * beta**2 - 0.5 * np.log(2 * np.pi)
+        log_p = special.logsumexp(integrand) + np.log(beta[1] - beta[0])
+        exact.append(log_p + np.log(2.0) - 0.5 * sigma**2 - 0.5 * np.log(2 * np.pi) + np.log(sigma))  # HalfNormal, Jacobian
+    exact = np.asarray(exact)
+    error = np.abs(np.diff(ours) - np.diff(exact))
+    laplace_error = np.abs(np.diff(laplace) - np.diff(exact))
+    assert np.max(error) < 5e-3 and np.max(error) < np.max(laplace_error) / 10, (error, laplace_error)

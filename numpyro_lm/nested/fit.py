@@ -31,7 +31,7 @@ from ..random import host_generator
 from ..structure import hyperparameters
 from ..result import Result
 from .design import BATCH, MAX_CCD_DIM, NestedDesign, ccd_points, integrate
-from .inner import (conditional_fit, matched_normaliser, mean_shift, point_params, quantile_sites, site_values,
+from .inner import (_scalar_blocks, conditional_fit, matched_normaliser, mean_shift, point_params, quantile_sites, site_values,
                     structured_mean_shift)
 from .mixture import draw, mixture_block, mixture_moments, mixture_variances
 from .search import ModeSearch, NonFiniteStart, explore
@@ -118,7 +118,13 @@ def _inner(info, tol, max_iter, theta_index: tuple, gaussian_cols: tuple, curvat
     # each point's Newton iterations stop when it converges
     fits, curvature = lax.map(lambda tx: conditional_fit(neg, tx[0], tx[1], tol, max_iter, at(tx[0])), (thetas, x0s))
     shift = jnp.zeros_like(fits.x)
-    if np.any(gaussian_cols):  # only the design's points need it (not the mode search's)
+    if _scalar_blocks(hessian):
+        # the globals' shift enters the Laplace marginal too (structured_mean_shift): at every point
+        shift, gain = lax.map(lambda a: structured_mean_shift(neg, *a, at(a[0]), with_gain=True),
+                              (thetas, fits.x, curvature))
+        shift = jnp.where(gaussian_cols, shift, 0.0)
+        fits = fits._replace(log_density=fits.log_density + gain)
+    elif np.any(gaussian_cols):  # only the design's points need it (not the mode search's)
         if hessian is None:
             def shifted(a):
                 return mean_shift(neg, *a)

@@ -173,7 +173,7 @@ def mean_shift(neg_log_density: Callable, theta, x, curvature):
     return jnp.where(jnp.all(jnp.isfinite(shift)), shift, 0.0)
 
 
-def structured_mean_shift(neg_log_density: Callable, theta, x, curvature, hessian):
+def structured_mean_shift(neg_log_density: Callable, theta, x, curvature, hessian, with_gain: bool = False):
     r""":func:`mean_shift` for a structured curvature: the same correction
     :math:`\delta = -\tfrac12 \Sigma\, \nabla_x \log\det H(x^*)` with the gradient of the
     log-determinant taken exactly, by reverse-mode differentiation through the structured
@@ -184,7 +184,14 @@ def structured_mean_shift(neg_log_density: Callable, theta, x, curvature, hessia
     :math:`C` (:mod:`numpyro_lm.nested.quadrature`), which depends on the globals: their mean
     moves by :math:`(\Sigma \nabla C)_G` (the total derivative of :math:`C` along the local
     modes :math:`\hat z(\beta)`, as :math:`(H^{-1})_{GL} = -S^{-1}B^\top A^{-1}` gives it),
-    and the local means follow them, :math:`-U\,\delta_G`."""
+    and the local means follow them, :math:`-U\,\delta_G`. With ``with_gain`` it also returns
+    what the move adds to the Laplace marginal: the globals' integrand is
+    :math:`\exp(F(\beta))` with :math:`F = \log p(\beta, \hat z(\beta)) + c(\beta)`,
+    :math:`c = -\tfrac12\log\det H + C`, whose mode lies :math:`\delta_G = S^{-1} t` from the
+    joint one (:math:`t` the total derivative of :math:`c`, :math:`S` the Schur complement),
+    higher by :math:`\tfrac12 t^\top S^{-1} t`. Over the blocks it sums to several nats that
+    change with the hyperparameters (a logistic GLMM's slope moves by more than one SD): left
+    out, it put a 10^3-group GLMM's scale 0.07 SD low."""
 
     def log_density(z):
         return -neg_log_density(theta, z)
@@ -199,17 +206,25 @@ def structured_mean_shift(neg_log_density: Callable, theta, x, curvature, hessia
     (_, _), pullback = jax.vjp(parts, x)
     one, zero = jnp.ones((), x.dtype), jnp.zeros((), x.dtype)
     shift = -0.5 * curvature.solve(pullback((one, zero))[0])
+    gain = jnp.zeros((), x.dtype)
     if _scalar_blocks(hessian):
         glob, local = hessian.structure.global_index, hessian.structure.local_index[:, 0]
-        moved = curvature.solve(pullback((zero, one))[0])[glob]
+        g_corr = pullback((zero, one))[0]
+        moved = curvature.solve(g_corr)[glob]
         shift = shift.at[glob].add(moved).at[local].add(-(curvature.u[:, 0, :] @ moved))
+        v = -0.5 * pullback((one, zero))[0] + g_corr
+        total = v[glob] - curvature.u[:, 0, :].T @ v[local]
+        gain = 0.5 * jnp.dot(total, shift[glob])
     # a local coordinate's shift is its own skewness correction, a fraction of its SD (clipped
     # there against a wild third derivative); a global's sums every block's contribution and
     # grows like sqrt(J) in posterior SDs (a 10^3-group logistic GLMM's slope moves by 1.4 SD)
     sd = jnp.sqrt(curvature.variance())
     limit = sd.at[hessian.structure.global_index].set(jnp.inf)
     shift = jnp.clip(shift, -limit, limit)
-    return jnp.where(jnp.all(jnp.isfinite(shift)), shift, 0.0)
+    finite = jnp.all(jnp.isfinite(shift)) & jnp.isfinite(gain)
+    if with_gain:
+        return jnp.where(finite, shift, 0.0), jnp.where(finite, gain, 0.0)
+    return jnp.where(finite, shift, 0.0)
 
 
 def _scalar_blocks(hessian) -> bool:
