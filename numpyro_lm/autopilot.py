@@ -166,7 +166,7 @@ def run_auto(info, options: FitOptions, rng_key, args, kwargs, init_params=None,
         if ok:
             return source, trail
 
-    if "refine" in candidates and laplace is not None:
+    if "refine" in candidates and laplace is not None and options.curvature == "dense":  # the dense eigenbasis
         result, ok = attempt("refine", lambda: _refined_result(laplace, compiler_options, num_samples))
         if ok:
             return result, trail

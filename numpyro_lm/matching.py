@@ -32,6 +32,7 @@ from .errors import NotPositiveDefiniteError, check_options
 from .fit import FitOptions, default_starts
 from .hessian import CURVATURES, StructureError, check_dense_memory, curvature_candidates
 from .joint import run_joint
+from .refine import check_refine_memory
 from .model import ModelInfo, model_info
 from .nested import run_nested
 from .programs import BATCH_COMPILE, FAST_COMPILE, merge_inputs, resolve_compiler_options, shape_key, split_inputs
@@ -72,7 +73,8 @@ class LaplaceMatching:
         ``"dadvi"`` (300 fixed draws, Newton: two to three times a plain fit's cost), or ``"mean"``,
         ``"eig"``, ``"lowrank"``, ``"diag"`` (1000 fixed draws, L-BFGS); the bound before and
         after is in :meth:`diagnostics`. ``refine_num_samples`` fixed draws (default: the
-        method's), ``refine_max_iter`` optimiser steps.
+        method's), ``refine_max_iter`` optimiser steps. Refinement uses the dense curvature
+        (its eigenbasis), whatever D: a model too large for it is refused before allocation.
     :param hyper: nested Laplace (:mod:`numpyro_lm.nested`, INLA style) over these sites
         (at most ten coordinates), or ``"auto"``: the model's hyperparameters
         (:func:`numpyro_lm.nested.fit.hyper_sites`: global scales and shapes that set another
@@ -119,6 +121,10 @@ class LaplaceMatching:
                  fallback: Optional[str] = None, curvature: str = "auto", plate: Optional[str] = None):
         if curvature not in CURVATURES:
             raise ValueError(f"curvature must be one of {CURVATURES}, not {curvature!r}")
+        if refine is not None and curvature not in ("auto", "dense"):
+            raise ValueError(f"refine={refine!r} works in the dense curvature's eigenbasis (D x D), not with "
+                             f"curvature={curvature!r}: pass curvature='dense' (for models that fit in memory) or "
+                             "leave refine out.")
         check_options(method=method, num_samples=num_samples, refine=refine, refine_num_samples=refine_num_samples,
                       refine_max_iter=refine_max_iter, hyper=hyper, bases=bases, families=families,
                       strategy=strategy, fallback=fallback, num_starts=num_starts)
@@ -172,7 +178,12 @@ class LaplaceMatching:
         common = dict(num_samples=self.num_samples,
                       compiler_options=resolve_compiler_options(self.compiler_options, info.layout),
                       progress_bar=self.progress_bar)
-        candidates = curvature_candidates(info.layout, self.curvature, self.plate)
+        # MVI refinement works in the dense eigenbasis: refused by the memory guards where it would not fit
+        if self.refine is not None:
+            check_refine_memory(info.layout, self.refine, self.refine_num_samples,
+                                jnp.dtype(jnp.result_type(float)).itemsize)
+        candidates = ["dense"] if self.refine is not None else curvature_candidates(info.layout, self.curvature,
+                                                                                     self.plate)
         for i, curvature in enumerate(candidates):
             try:
                 result = self._fit(info, self._options(info, curvature), rng_key, args, kwargs, init_params, common)

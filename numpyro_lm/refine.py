@@ -53,7 +53,7 @@ from .laplace import LaplaceState
 from .optimize import default_tol, lbfgs, newton, newton_init
 
 __all__ = ["REFINE_METHODS", "DADVI_DRAWS", "MVI_DRAWS", "Refinement", "refine", "refine_gaussian",
-           "evidence_lower_bound"]
+           "evidence_lower_bound", "refine_bytes", "check_refine_memory"]
 
 REFINE_METHODS = ("mean", "eig", "lowrank", "diag", "dadvi")
 MVI_DRAWS = 1000
@@ -150,6 +150,30 @@ def refine_gaussian(log_density: Callable, gaussian: Gaussian, method: str, z, n
     mean, root, _ = unpack(jnp.where(better, params, params0))
     refined = Gaussian(mean, DenseCurvature.from_covariance(root @ root.T))
     return refined, Refinement(before, jnp.where(better, after, before), num_iter, grad_norm)
+
+
+def refine_bytes(method: str, dim: int, observed_size: int, num_samples: Optional[int], itemsize: int) -> int:
+    """What a refinement holds at once, roughly: the model's intermediates (taken as five times
+    its observed and latent values) for every fixed draw, and for ``"dadvi"``'s Newton
+    Hessian for each of its ``2 D`` Hessian-vector products as well."""
+    if num_samples is None:
+        num_samples = DADVI_DRAWS if method == "dadvi" else MVI_DRAWS
+    products = 2 * dim if method == "dadvi" else 1
+    return itemsize * 5 * num_samples * (observed_size + dim) * products
+
+
+def check_refine_memory(layout, method: str, num_samples: Optional[int], itemsize: int):
+    """Refuse a refinement that would not fit in memory, before anything is allocated."""
+    from .hessian import DenseMemoryError, available_bytes
+
+    need, have = refine_bytes(method, layout.size, layout.observed_size, num_samples, itemsize), available_bytes()
+    if need > 0.8 * have:
+        raise DenseMemoryError(
+            f"refine={method!r} over {layout.size} latent coordinates and {layout.observed_size} observed values "
+            f"would need about {need / 2**30:.1f} GiB ({have / 2**30:.1f} GiB available): it evaluates the model at "
+            "every fixed draw" + (" for each of its 2 D Hessian-vector products" if method == "dadvi" else "")
+            + ". Leave refine out (large models are refined by nested Laplace over their hyperparameters), pass "
+            "fewer refine_num_samples, or choose refine='mean' or 'diag'.")
 
 
 def refine(log_density: Callable, state: LaplaceState, method: str, rng_key, *, num_samples: Optional[int] = None,

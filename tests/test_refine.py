@@ -142,3 +142,23 @@ def test_every_mvi_variant_improves_the_cauchy_regression_lpd():
     # MVI_lr -0.596; the paper's Table 2: -0.818, -0.771, -0.722, -0.726
     for m in ("mean", "eig", "lowrank"):
         assert mean_lpd[m] > mean_lpd[None], mean_lpd
+
+
+def test_refinement_of_a_large_model_is_refused_before_allocating():
+    """dadvi's Newton Hessian evaluates the model at 300 draws for each of 2 D products: for 200
+    coordinates and 10^5 observations that is hundreds of GiB; refused with the size and the
+    fix, the object left without a result. A structured curvature cannot be refined at all."""
+    from numpyro_lm.hessian import DenseMemoryError
+
+    def wide(y=None):
+        w = numpyro.sample("w", dist.Normal(0, 1).expand([200]).to_event(1))
+        with numpyro.plate("obs", 100_000):
+            numpyro.sample("y", dist.Normal(jnp.sum(w), 1.0), obs=y)
+
+    lm = LaplaceMatching(wide, refine="dadvi", progress_bar=False)
+    with pytest.raises(DenseMemoryError, match="refine='dadvi' over 200 latent coordinates.*GiB.*Leave refine out"):
+        lm.run(jax.random.PRNGKey(0), y=np.zeros(100_000, np.float32))
+    with pytest.raises(RuntimeError):
+        lm.get_samples()
+    with pytest.raises(ValueError, match="dense curvature's eigenbasis"):
+        LaplaceMatching(wide, refine="dadvi", curvature="arrowhead")
