@@ -176,6 +176,7 @@ class ArrowheadHessian(NamedTuple):
 
     structure: PlateStructure
     value_first = True  # rejected line-search trials cost one evaluation (optimize.newton_iteration)
+    structure_final = True  # entries that interact do so at every point: a failed check ends the search
 
     def _probes(self, dtype):
         """``(b + G + 1, D)``: one colour per block position, one unit vector per global, a random sign probe."""

@@ -213,10 +213,15 @@ def newton_iteration(fn: Callable, s: NewtonState, tol: float, hessian=None) -> 
         decrease = (s.value == jnp.inf) | (value <= s.value + 1e-4 * s.t * slope)
         return jnp.isfinite(value) & (decrease | (polishing & (value <= s.value + 1e4 * _rounding(s.value))))
 
+    # a structure that fails its check wherever it is evaluated (a plate whose entries the
+    # likelihood couples) ends the search at once: the fit is refused, and the next curvature tried
+    final = getattr(hessian, "structure_final", False)
+
     def moved(value, grad, hess, structure_error):
         new_step, decrement, chol, positive = hessian.step(grad, hess)
+        stalled = (structure_error > jnp.sqrt(jnp.finfo(value.dtype).eps)) if final else s.stalled
         return s._replace(
-            x=trial, value=value, grad=grad, hess=hess, chol=chol, positive=positive, decrement=decrement,
+            stalled=stalled, x=trial, value=value, grad=grad, hess=hess, chol=chol, positive=positive, decrement=decrement,
             structure_error=structure_error,
             grad_norm=jnp.max(jnp.abs(grad)), converged=polishing | is_converged(decrement, value, tol),
             polished=polishing | (decrement <= tol), step=new_step, t=jnp.ones_like(s.t),
