@@ -100,10 +100,7 @@ def _absolute(m):
 
 def modified_factor(a, b, c):
     """:func:`arrowhead_factor` of the positive definite :math:`\\tilde H` (module docstring)."""
-    la = _chol_blocks(_absolute(a))
-    u = _upper_solve(la, _lower_solve(la, b))
-    s = c - jnp.einsum("jig,jih->gh", b, u)
-    return la, u, jnp.linalg.cholesky(_absolute(0.5 * (s + s.T)))
+    return arrowhead_factor(*absolute_blocks(a, b, c))
 
 
 def absolute_blocks(a, b, c):
