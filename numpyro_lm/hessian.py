@@ -357,10 +357,10 @@ def lowrank_rank(layout, structure: PlateStructure) -> int:
     return int(min(layout.size, layout.observed_size + structure.global_index.size + LOWRANK_MARGIN))
 
 
-def diagonal_structure(layout) -> PlateStructure:
-    """Every coordinate its own block, no globals: the prior structure of a model without a
-    suitable plate (independent priors; the check catches the others)."""
-    return PlateStructure("", np.arange(layout.size, dtype=np.int32)[:, None], np.zeros(0, np.int32))
+def diagonal_structure(size: int) -> PlateStructure:
+    """Every one of ``size`` coordinates its own block, no globals: the prior structure of a
+    model without a suitable plate (independent priors; the check catches the others)."""
+    return PlateStructure("", np.arange(size, dtype=np.int32)[:, None], np.zeros(0, np.int32))
 
 
 # ---------------------------------------------------------------- memory
@@ -400,7 +400,7 @@ def check_dense_memory(layout, itemsize: int, why: str):
     need, have = dense_bytes(layout.size, layout.observed_size, itemsize), available_bytes()
     if need > 0.8 * have:
         structure = plate_structure(layout)
-        rank = lowrank_rank(layout, structure or diagonal_structure(layout))
+        rank = lowrank_rank(layout, structure or diagonal_structure(layout.size))
         if structure is None:
             fix = ("Put the model's local latent sites (random effects) in a numpyro.plate so that "
                    f"curvature='auto' can use the block-arrowhead structure, with at most {LOCAL_MAX} coordinates "
@@ -485,7 +485,7 @@ def hessian_for(layout, curvature: str, plate: Optional[str] = None):
             raise ValueError(f"curvature='lowrank': plate {plate!r} gives no block-arrowhead structure of the prior "
                              f"(at least two entries, at most {LOCAL_MAX} latent coordinates per entry and "
                              f"{GLOBAL_MAX} outside the plate).")
-        structure = structure or diagonal_structure(layout)
+        structure = structure or diagonal_structure(layout.size)
         return LowRankHessian(structure, lowrank_rank(layout, structure))
     if structure is None:
         raise ValueError(f"curvature='arrowhead': no plate{'' if plate is None else ' ' + repr(plate)} of the "

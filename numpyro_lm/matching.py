@@ -247,12 +247,11 @@ class LaplaceMatching:
         batch = batch_of(args, kwargs, batch_axes, devices)
         info = self._model_info(args, kwargs, batch.axes)
         args, kwargs = pad_inputs(args, kwargs, batch)
-        # a batch shares one program: the first curvature that does not need the model's prior per data set
-        curvature = next(c for c in curvature_candidates(info.layout, self.curvature, self.plate) if c != "lowrank"
-                         ) if self.curvature != "lowrank" else None
-        if curvature is None:
+        if self.curvature == "lowrank":
             raise ValueError("curvature='lowrank' fits one data set at a time: call run() per data set, or pass "
                              "curvature='dense' or 'arrowhead' to run_many.")
+        # a batch shares one program: the first curvature that does not need the model's prior per data set
+        curvature = next(c for c in curvature_candidates(info.layout, self.curvature, self.plate) if c != "lowrank")
         result = run_joint(info, self._options(info, curvature), rng_key, args, kwargs,
                            None if init_params is None else pad(init_params, batch), num_samples=self.num_samples,
                            compiler_options=compiler_options, progress_bar=self.progress_bar, batch=batch,

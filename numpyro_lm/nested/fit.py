@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from ..curvature import DenseCurvature, DiagonalCurvature, Gaussian
 from ..families import get_family
 from ..hessian import (ArrowheadHessian, LowRankHessian, PlateStructure, StructureError, check_dense_memory,
-                       lowrank_rank, plate_structure, structure_message, structure_tol)
+                       diagonal_structure, lowrank_rank, plate_structure, structure_message, structure_tol)
 from ..marginals import is_elementwise
 from ..errors import FitChecks, check_fit
 from ..fit import FitOptions, constrained, initial_point, log_densities, origin_point
@@ -31,8 +31,8 @@ from ..random import host_generator
 from ..structure import hyperparameters
 from ..result import Result
 from .design import BATCH, MAX_CCD_DIM, NestedDesign, ccd_points, integrate
-from .inner import (_scalar_blocks, conditional_fit, matched_normaliser, mean_shift, point_params, quantile_sites, site_values,
-                    structured_mean_shift)
+from .inner import (conditional_fit, matched_normaliser, mean_shift, point_params, quantile_sites, scalar_blocks,
+                    site_values, structured_mean_shift)
 from .mixture import draw, mixture_block, mixture_moments, mixture_variances
 from .search import ModeSearch, NonFiniteStart, explore
 
@@ -86,14 +86,14 @@ def inner_hessian(layout, theta_index: tuple, curvature: str, plate=None):
     position = np.full(layout.size, -1)
     x_index = np.setdiff1d(np.arange(layout.size), hyper)
     position[x_index] = np.arange(x_index.size)
-    if curvature == "lowrank" and structure is None:
-        inner = PlateStructure("", np.arange(x_index.size, dtype=np.int32)[:, None], np.zeros(0, np.int32))
-        return LowRankHessian(inner, min(x_index.size, lowrank_rank(layout, inner)))
     if structure is None or np.any(position[structure.local_index] < 0):
-        return None
-    glob = position[structure.global_index]
-    inner = PlateStructure(structure.plate, position[structure.local_index].astype(np.int32),
-                           glob[glob >= 0].astype(np.int32))
+        if curvature != "lowrank" or structure is not None:
+            return None
+        inner = diagonal_structure(x_index.size)
+    else:
+        glob = position[structure.global_index]
+        inner = PlateStructure(structure.plate, position[structure.local_index].astype(np.int32),
+                               glob[glob >= 0].astype(np.int32))
     if curvature == "lowrank":
         return LowRankHessian(inner, min(x_index.size, lowrank_rank(layout, inner)))
     return ArrowheadHessian(inner)
@@ -118,7 +118,7 @@ def _inner(info, tol, max_iter, theta_index: tuple, gaussian_cols: tuple, curvat
     # each point's Newton iterations stop when it converges
     fits, curvature = lax.map(lambda tx: conditional_fit(neg, tx[0], tx[1], tol, max_iter, at(tx[0])), (thetas, x0s))
     shift = jnp.zeros_like(fits.x)
-    if _scalar_blocks(hessian):
+    if scalar_blocks(hessian):
         # the globals' shift enters the Laplace marginal too (structured_mean_shift); on the
         # design's points only (a 10^5-group fit's shifts cost as much as its inner fits): the
         # mode search centres the lattice without it, the lattice's weights carry it

@@ -25,7 +25,7 @@ from .quadrature import block_quadrature_correction
 from ..optimize import newton, newton_init
 
 __all__ = ["PointFits", "site_values", "x_positions", "quantile_sites", "conditional_fit", "point_params",
-           "matched_normaliser", "mean_shift", "structured_mean_shift"]
+           "matched_normaliser", "mean_shift", "structured_mean_shift", "scalar_blocks"]
 
 
 class PointFits(NamedTuple):
@@ -87,7 +87,7 @@ def _structured_fit(neg_log_density: Callable, theta, x0, tol: float, max_iter: 
     curvature = hessian.curvature(state.hess)
     ok = curvature.positive() & state.converged & (state.structure_error <= structure_tol(x0.dtype))
     log_marginal = -state.value - 0.5 * curvature.logdet()
-    if _scalar_blocks(hessian):
+    if scalar_blocks(hessian):
         # scalar local blocks: each one's integral by adaptive Gauss-Hermite, not one Gaussian
         log_marginal = log_marginal + block_quadrature_correction(
             lambda x: -neg_log_density(theta, x), state.x, hessian.structure.local_index[:, 0], curvature.a[:, 0, 0])
@@ -199,20 +199,21 @@ def structured_mean_shift(neg_log_density: Callable, theta, x, curvature, hessia
     def parts(y):
         hess = hessian.evaluate(lambda z: neg_log_density(theta, z), y)[2]
         logdet = hessian.curvature(hess).logdet()
-        if not _scalar_blocks(hessian):
+        if not scalar_blocks(hessian):
             return logdet, jnp.zeros((), y.dtype)
         return logdet, block_quadrature_correction(log_density, y, hessian.structure.local_index[:, 0], hess[0][:, 0, 0])
 
     (_, _), pullback = jax.vjp(parts, x)
     one, zero = jnp.ones((), x.dtype), jnp.zeros((), x.dtype)
-    shift = -0.5 * curvature.solve(pullback((one, zero))[0])
+    g_logdet = pullback((one, zero))[0]
+    shift = -0.5 * curvature.solve(g_logdet)
     gain = jnp.zeros((), x.dtype)
-    if _scalar_blocks(hessian):
+    if scalar_blocks(hessian):
         glob, local = hessian.structure.global_index, hessian.structure.local_index[:, 0]
         g_corr = pullback((zero, one))[0]
         moved = curvature.solve(g_corr)[glob]
         shift = shift.at[glob].add(moved).at[local].add(-(curvature.u[:, 0, :] @ moved))
-        v = -0.5 * pullback((one, zero))[0] + g_corr
+        v = -0.5 * g_logdet + g_corr
         total = v[glob] - curvature.u[:, 0, :].T @ v[local]
         gain = 0.5 * jnp.dot(total, shift[glob])
     # a local coordinate's shift is its own skewness correction, a fraction of its SD (clipped
@@ -227,7 +228,7 @@ def structured_mean_shift(neg_log_density: Callable, theta, x, curvature, hessia
     return jnp.where(finite, shift, 0.0)
 
 
-def _scalar_blocks(hessian) -> bool:
+def scalar_blocks(hessian) -> bool:
     """Whether the strategy is the block-arrowhead with one coordinate per block (where the
     Gauss-Hermite correction applies)."""
     return isinstance(hessian, ArrowheadHessian) and hessian.structure.local_index.shape[1] == 1
