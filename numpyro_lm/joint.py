@@ -65,12 +65,12 @@ class JointResult(Result):
 
     def _new_draws(self, num_samples: int):
         return self.call(joint_fit.draw, (self.info, num_samples), (self.keys, self.gaussian, self.params),
-                         host_callbacks=True)
+                         host_callbacks=True, points=num_samples)
 
     def _new_weights(self, num_samples: int, flat):
         # float64 weights of the draws, whose normals are regenerated in the draws' precision
         return self.call(joint_fit.weigh, (self.info, str(flat.dtype)), (self.keys, self.gaussian, self.params, flat),
-                         float64=True)
+                         float64=True, points=num_samples)
 
     def flags(self, fetched=None):
         """``(LaplaceInfo, {site: finite params})`` as host arrays with one entry per data set

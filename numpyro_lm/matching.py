@@ -108,7 +108,8 @@ class LaplaceMatching:
         ``"auto"``, is ``FAST_COMPILE`` (two to four times faster to compile at about the same
         speed for dense fits of small models) below
         :data:`~numpyro_lm.programs.LARGE_MODEL` latent and observed numbers and XLA's
-        defaults (``None``) above; ``None`` also suits expensive log densities, nested fits
+        defaults (``None``) above, and for the draws and the verdict's weights where they
+        evaluate :data:`~numpyro_lm.programs.HEAVY_PROGRAM` numbers or more; ``None`` also suits expensive log densities, nested fits
         and many refits.
     """
 

@@ -25,7 +25,7 @@ from .batch import Batch, take, take_inputs
 from .curvature import eigenvalue_range
 from .diagnostics import KHAT_OK, importance_resample, khat_verdict, psis
 from .posterior import MatchedPosterior, site_distribution
-from .programs import in_float64, program
+from .programs import in_float64, options_for_work, program
 from .random import host_generator
 from .verdict import EDGE, importance_shift, judge, khat_threshold, verdict_sentence
 
@@ -96,27 +96,33 @@ class Result:
 
     # -------------------------------------------------------------- programs
 
-    def program(self, fn, *static, sharded: bool = True):
-        """``fn`` compiled for these arguments (vmapped, and sharded if ``sharded``, for a batch)."""
+    def program(self, fn, *static, sharded: bool = True, points: int = 1):
+        """``fn`` compiled for these arguments (vmapped, and sharded if ``sharded``, for a
+        batch); ``points``: the model evaluations it makes per data set (its options:
+        :func:`~numpyro_lm.programs.options_for_work`)."""
         axes = mesh = None
         if self.batch is not None:
             axes, mesh = self.batch.axes, (self.batch.mesh if sharded else None)
-        return program(fn, *static, compiler_options=self.compiler_options, axes=axes, mesh=mesh)
+        work = points * (self.info.size + self.info.layout.observed_size) * (1 if self.batch is None else self.batch.padded)
+        return program(fn, *static, compiler_options=options_for_work(self.compiler_options, work), axes=axes,
+                       mesh=mesh)
 
-    def call(self, fn, static: tuple, arrays: tuple, host_callbacks: bool = False, float64: bool = False):
+    def call(self, fn, static: tuple, arrays: tuple, host_callbacks: bool = False, float64: bool = False,
+             points: int = 1):
         """``fn(arrays, args, kwargs)`` compiled. ``host_callbacks``: ``fn`` calls the host
         (the quantile functions, the Gamma sampler), so a sharded batch runs it on its first
         device: jaxlib 0.10's ``pure_callback`` deadlocks when several CPU devices call back
         at once with large arrays (seen on 1000 x 1000 copula draws). ``float64``: traced and
-        run in float64 (:func:`~numpyro_lm.programs.in_float64`), results on the host."""
+        run in float64 (:func:`~numpyro_lm.programs.in_float64`), results on the host.
+        ``points``: the model evaluations ``fn`` makes (:meth:`program`)."""
         if float64:
-            return in_float64(self.program(fn, *static), arrays, self.args, self.kwargs)
+            return in_float64(self.program(fn, *static, points=points), arrays, self.args, self.kwargs)
         inputs = (arrays, self.args, self.kwargs)
         if host_callbacks and self.batch is not None and self.batch.mesh is not None:
             mesh = self.batch.mesh
-            out = self.program(fn, *static, sharded=False)(*jax.device_put(inputs, mesh.devices.flat[0]))
+            out = self.program(fn, *static, sharded=False, points=points)(*jax.device_put(inputs, mesh.devices.flat[0]))
             return jax.device_put(out, NamedSharding(mesh, PartitionSpec(mesh.axis_names[0])))
-        return self.program(fn, *static)(*inputs)
+        return self.program(fn, *static, points=points)(*inputs)
 
     def unpad(self, tree):
         """Drop the batch's padding (identity for one data set)."""

@@ -5,7 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from numpyro_lm.programs import FAST_COMPILE, merge_inputs, program, split_inputs, usable_compiler_options
+from numpyro_lm.programs import (FAST_COMPILE, HEAVY_PROGRAM, merge_inputs, options_for_work, program, split_inputs,
+                                 usable_compiler_options)
 
 pytestmark = pytest.mark.usefixtures("x64")
 
@@ -57,3 +58,13 @@ def test_fast_compile_options_unknown_to_this_jaxlib_are_dropped(monkeypatch):
     assert "xla_user_option" in usable_compiler_options({"xla_user_option": 1})
     assert usable_compiler_options(None) is None
 
+
+
+def test_heavy_programs_get_xla_defaults_only_in_place_of_the_automatic_options():
+    # the automatic FAST_COMPILE gives way to XLA's optimisations for many model evaluations
+    assert options_for_work(FAST_COMPILE, HEAVY_PROGRAM - 1) is FAST_COMPILE
+    assert options_for_work(FAST_COMPILE, HEAVY_PROGRAM) is None
+    # options the user chose are kept, even equal to FAST_COMPILE
+    chosen = dict(FAST_COMPILE)
+    assert options_for_work(chosen, 10 * HEAVY_PROGRAM) is chosen
+    assert options_for_work(None, 10 * HEAVY_PROGRAM) is None

@@ -189,10 +189,10 @@ class NestedResult(Result):
         rng = host_generator(self.rng_key, stream=num_samples)
         flat, self._log_q[num_samples] = draw(rng, self.design, self.info.layout, num_samples)
         flat = jax.device_put(np.asarray(flat, jnp.result_type(float)))  # no eager program to compile
-        return self.call(constrained, (self.info,), (flat,)), flat
+        return self.call(constrained, (self.info,), (flat,), points=num_samples), flat
 
     def _new_weights(self, num_samples: int, flat):
-        log_p = np.asarray(self.call(log_densities, (self.info,), (flat,), float64=True))
+        log_p = np.asarray(self.call(log_densities, (self.info,), (flat,), float64=True, points=num_samples))
         return log_p, np.asarray(self._log_q[num_samples](), np.float64)
 
     def checks(self) -> FitChecks:
