@@ -35,6 +35,7 @@ from .joint import run_joint
 from .refine import check_refine_memory
 from .model import ModelInfo, model_info
 from .nested import run_nested
+from .static_data import StaticArray, static_where_needed
 from .programs import BATCH_COMPILE, FAST_COMPILE, merge_inputs, resolve_compiler_options, shape_key, split_inputs
 from .verdict import NotTrustedWarning
 
@@ -138,7 +139,7 @@ class LaplaceMatching:
         self.bases, self.families = dict(bases or {}), dict(families or {})
         self.curvature, self.plate = curvature, plate
         self.num_chains, self.thinning = 1, 1  # what ArviZ reads of an MCMC object
-        self._infos, self._result = {}, None
+        self._infos, self._static, self._result = {}, {}, None
 
     # ------------------------------------------------------------------- fitting
 
@@ -153,6 +154,21 @@ class LaplaceMatching:
             self._infos[cache] = model_info(self.model, one_args, one_kwargs, bases=self.bases,
                                             families=self.families)
         return self._infos[cache]
+
+    def _inputs(self, args, kwargs):
+        """``(args, kwargs, info)``: the data arguments the model needs concretely kept static
+        (:mod:`numpyro_lm.static_data`, as ``MCMC`` closes over its data), the model traced."""
+        arrays, structure = split_inputs((args, kwargs))
+        key = (structure, shape_key(arrays))
+        static = self._static.get(key)
+        if static is None:
+            args, kwargs, info = static_where_needed(lambda a, k: self._model_info(a, k), tuple(args), dict(kwargs))
+            self._static[key] = static = [isinstance(leaf, StaticArray) for leaf in jax.tree.leaves((args, kwargs))]
+            return args, kwargs, info
+        leaves, treedef = jax.tree.flatten((tuple(args), dict(kwargs)))
+        args, kwargs = jax.tree.unflatten(treedef, [np.asarray(leaf).view(StaticArray) if s else leaf
+                                                    for leaf, s in zip(leaves, static)])
+        return args, kwargs, self._model_info(args, kwargs)
 
     def _options(self, info: ModelInfo, curvature: str) -> FitOptions:
         if curvature != "dense":  # structured Newton steps cost O(D): no L-BFGS warm start needed
@@ -175,7 +191,7 @@ class LaplaceMatching:
             the same shapes reuses the compiled programs); other values are static.
         :param dict init_params: initial *constrained* values per site.
         """
-        info = self._model_info(args, kwargs)
+        args, kwargs, info = self._inputs(args, kwargs)
         common = dict(num_samples=self.num_samples,
                       compiler_options=resolve_compiler_options(self.compiler_options, info.layout),
                       progress_bar=self.progress_bar)

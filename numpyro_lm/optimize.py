@@ -69,11 +69,34 @@ def default_tol(dtype) -> float:
     return 1e-9 if jnp.finfo(dtype).bits == 64 else 1e-3
 
 
+def _forward_mode_refused(error: TypeError) -> bool:
+    """JAX's refusal of forward-mode autodiff through a ``custom_vjp`` (``odeint``'s adjoint)."""
+    return "forward-mode" in str(error) and "custom_vjp" in str(error)
+
+
+def hvp(fn: Callable, x, v):
+    """The Hessian-vector product ``H(x) v`` of ``fn``: forward-over-reverse, or
+    reverse-over-reverse (the gradient of ``grad fn . v``) where ``fn`` has a ``custom_vjp``
+    that forward mode cannot differentiate (``jax.experimental.ode.odeint``)."""
+    try:
+        return jax.jvp(jax.grad(fn), (x,), (v,))[1]
+    except TypeError as error:
+        if not _forward_mode_refused(error):
+            raise
+    return jax.grad(lambda y: jnp.vdot(jax.grad(fn)(y), v))(x)
+
+
 def value_grad_hessian(fn: Callable, x):
-    """``fn(x)``, its gradient and (symmetrised) Hessian from one forward-over-reverse trace."""
+    """``fn(x)``, its gradient and (symmetrised) Hessian from one forward-over-reverse trace
+    (reverse-over-reverse where forward mode is refused: :func:`hvp`)."""
     basis = jnp.eye(x.shape[-1], dtype=x.dtype)
     jvp = jax.vmap(lambda v: jax.jvp(jax.value_and_grad(fn), (x,), (v,)), out_axes=((None, None), (0, 0)))
-    (value, grad), (_, hess) = jvp(basis)
+    try:
+        (value, grad), (_, hess) = jvp(basis)
+    except TypeError as error:
+        if not _forward_mode_refused(error):
+            raise
+        (value, grad), hess = jax.value_and_grad(fn)(x), jax.jacrev(jax.grad(fn))(x)
     # materialised once: XLA would otherwise fuse the D x D tangent computation into each
     # consumer (symmetrisation, the loop's state selects) and run it there again
     hess = jnp.matmul(hess, jnp.eye(hess.shape[-1], dtype=hess.dtype), precision=lax.Precision.HIGHEST)

@@ -22,6 +22,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
+from .static_data import StaticArray
+
 __all__ = [
     "FAST_COMPILE",
     "LARGE_MODEL",
@@ -32,6 +34,7 @@ __all__ = [
     "usable_compiler_options",
     "InputKey",
     "split_inputs",
+    "is_traced",
     "merge_inputs",
     "shape_key",
     "program",
@@ -106,6 +109,8 @@ class _Static:
         self.value = value
 
     def _key(self):
+        if isinstance(self.value, StaticArray):  # data the model needs concretely: by content
+            return (StaticArray, self.value.content_key())
         try:
             hash(self.value)
             return (type(self.value), self.value)
@@ -119,8 +124,9 @@ class _Static:
         return isinstance(other, _Static) and self._key() == other._key()
 
 
-def _is_array(x) -> bool:
-    return isinstance(x, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct))
+def is_traced(x) -> bool:
+    """A leaf that is traced (a :class:`~numpyro_lm.static_data.StaticArray` is static)."""
+    return isinstance(x, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct)) and not isinstance(x, StaticArray)
 
 
 class InputKey(NamedTuple):
@@ -133,8 +139,8 @@ class InputKey(NamedTuple):
 def split_inputs(tree):
     """``(arrays, key)``: the array leaves of ``tree`` (traced) and an :class:`InputKey`."""
     leaves, treedef = jax.tree.flatten(tree)
-    arrays = [leaf for leaf in leaves if _is_array(leaf)]
-    static = tuple(None if _is_array(leaf) else _Static(leaf) for leaf in leaves)
+    arrays = [leaf for leaf in leaves if is_traced(leaf)]
+    static = tuple(None if is_traced(leaf) else _Static(leaf) for leaf in leaves)
     return arrays, InputKey(treedef, static)
 
 
@@ -228,6 +234,10 @@ def in_float64(run: Callable, arrays, args=(), kwargs=None):
     """
     with jax.enable_x64(True):
         def up(a):  # on the host: an eager conversion would compile a program per shape
+            if isinstance(a, StaticArray):
+                # a fresh object: jaxlib 0.10 reuses a constant's float32-mode (int32) conversion
+                # by identity in float64 mode ("lax.add requires ... int32, int64" in indexing)
+                return a.copy()
             return np.asarray(jax.device_get(a), np.float64) if _is_floating(a) else a
 
         arrays, args, kwargs = jax.tree.map(up, (arrays, tuple(args), dict(kwargs or {})))
@@ -235,4 +245,4 @@ def in_float64(run: Callable, arrays, args=(), kwargs=None):
 
 
 def _is_floating(a) -> bool:
-    return _is_array(a) and jax.numpy.issubdtype(jax.numpy.result_type(a), jax.numpy.floating)
+    return is_traced(a) and jax.numpy.issubdtype(jax.numpy.result_type(a), jax.numpy.floating)

@@ -27,6 +27,7 @@ from numpyro.distributions.util import sum_rightmost
 
 from .bases import Basis, basis_for_prior, get_basis
 from .families import MatchedFamily, family_for_prior, get_family
+from .programs import is_traced
 
 __all__ = ["SiteSpec", "Layout", "SiteChoice", "trace_sites", "site_transform", "basis_value", "unravel", "ravel"]
 
@@ -189,7 +190,7 @@ def trace_sites(model, args, kwargs, choice: SiteChoice, init_strategy, rng_key)
     found, observed = [], []
     # only array arguments are traced: Python numbers stay concrete (plate sizes)
     leaves, treedef = jax.tree.flatten((args, kwargs))
-    is_array = [isinstance(leaf, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct)) for leaf in leaves]
+    is_array = [is_traced(leaf) for leaf in leaves]
 
     def run(rng_key, arrays):
         arrays = iter(arrays)

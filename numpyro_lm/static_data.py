@@ -1,0 +1,79 @@
+"""Data the model needs as concrete values: kept static instead of traced.
+
+Array arguments are traced, so that a refit with new data of the same shapes reuses the
+compiled programs. Models written for ``MCMC`` (whose default ``jit_model_args=False``
+closes over the data) may instead use their data in Python or NumPy: a plate size from
+``np.max(group) + 1``, ``np.unique(dept)``, ``int(n)``, boolean indexing by a NumPy mask.
+Under tracing these raise one of :data:`CONCRETE_ERRORS`.
+
+:func:`static_where_needed` runs the model's abstract trace with the array arguments
+traced; where it raises one of these, it marks the arguments the model needs concretely
+as :class:`StaticArray` (a NumPy view keyed by its content): the programs then take them as
+compile-time constants, as ``MCMC`` does, and compile once per distinct value. The others
+stay traced. Found by trying the trace with all array arguments static, then each one
+traced again, keeping those that work traced (one abstract trace per argument).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Callable
+
+import jax
+import numpy as np
+
+__all__ = ["StaticArray", "CONCRETE_ERRORS", "static_where_needed"]
+
+CONCRETE_ERRORS = (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,
+                   jax.errors.TracerIntegerConversionError, jax.errors.NonConcreteBooleanIndexError)
+"""What a model raises when it needs a traced argument's value (``TracerBoolConversionError``
+is a ``ConcretizationTypeError``)."""
+
+
+class StaticArray(np.ndarray):
+    """A NumPy array the programs take as a constant: hashed and compared by content."""
+
+    def content_key(self) -> tuple:
+        """``(shape, dtype, digest of the bytes)``: equal arrays give equal keys."""
+        data = np.ascontiguousarray(self).view(np.ndarray)
+        return (self.shape, self.dtype.str, hashlib.blake2b(data.tobytes(), digest_size=16).hexdigest())
+
+
+def _is_data(leaf) -> bool:
+    return isinstance(leaf, (jax.Array, np.ndarray, np.generic)) and not isinstance(leaf, StaticArray)
+
+
+def _mark(leaves, which) -> list:
+    return [np.asarray(leaf).view(StaticArray) if i in which else leaf for i, leaf in enumerate(leaves)]
+
+
+def static_where_needed(trace: Callable, args: tuple, kwargs: dict):
+    """``(args, kwargs, trace(args, kwargs))`` with the array arguments that the abstract
+    ``trace`` needs concretely made :class:`StaticArray` (module docstring); the trace's
+    first error where static arguments do not help either."""
+    try:
+        return args, kwargs, trace(args, kwargs)
+    except CONCRETE_ERRORS as first:
+        error = first
+    leaves, treedef = jax.tree.flatten((tuple(args), dict(kwargs)))
+    static = {i for i, leaf in enumerate(leaves) if _is_data(leaf)}
+
+    def attempt(which):
+        new_args, new_kwargs = jax.tree.unflatten(treedef, _mark(leaves, which))
+        return new_args, new_kwargs, trace(new_args, new_kwargs)
+
+    try:
+        out = attempt(static)
+    except CONCRETE_ERRORS:
+        error.add_note("numpyro_lm traces the model with its latent values abstract (as NUTS does): Python control "
+                       "flow or NumPy on a latent site's value (if sigma > 1, np.exp(sigma), float(sigma)) needs "
+                       "jax.numpy and jax.lax.cond / jnp.where instead; data arguments the model needs as concrete "
+                       "values were already tried as constants.")
+        raise error from None
+    for i in sorted(static):  # traced again where the model lets it be (compiled once per shape)
+        try:
+            out = attempt(static - {i})
+            static = static - {i}
+        except CONCRETE_ERRORS:
+            pass
+    return out
