@@ -65,8 +65,21 @@ class ModelInfo(NamedTuple):
         """
         # argument checks cannot fail on traced values: skip tracing them (a fifth of the time)
         with validation_enabled(False):
-            value, _ = log_density(self.substituted(flat), args, kwargs or {}, {})
-        return value
+            value, trace = log_density(self.substituted(flat), args, kwargs or {}, {})
+        return value + self._missing_data_density(trace)
+
+    def _missing_data_density(self, trace):
+        """A standard normal density on the basis coordinates of the obs_mask sites' entries
+        that the mask drops (the observed positions: :func:`numpyro_lm.trace.missing_data_sites`)."""
+        total = jnp.zeros((), jnp.result_type(float))
+        for name in self.layout.missing_data:
+            site, spec = trace[name], self.layout.site(name)
+            y = jnp.reshape(site_transform(self.choice, site).inv(site["value"]), spec.basis_shape)
+            term = -0.5 * y**2 - 0.5 * jnp.log(2 * jnp.pi)
+            term = jnp.sum(term, axis=tuple(range(-spec.basis_event_dim, 0))) if spec.basis_event_dim else term
+            dropped = ~jnp.broadcast_to(jnp.asarray(site["fn"]._mask, bool), term.shape)
+            total = total + jnp.sum(jnp.where(dropped, term, 0.0))
+        return total
 
     def log_prior(self, flat, args=(), kwargs=None):
         """The latent sites' share of :meth:`log_density`: their log prior densities and the
@@ -76,8 +89,8 @@ class ModelInfo(NamedTuple):
         latent = {s.name for s in self.layout.sites}
         latent |= {f"_{name}_lm_log_det" for name in latent}
         with validation_enabled(False):
-            terms, _ = compute_log_probs(self.substituted(flat), args, kwargs or {}, {})
-        return sum((v for k, v in terms.items() if k in latent), start=jnp.zeros((), jnp.result_type(float)))
+            terms, trace = compute_log_probs(self.substituted(flat), args, kwargs or {}, {})
+        return sum((v for k, v in terms.items() if k in latent), start=self._missing_data_density(trace))
 
     def trace(self, flat, args=(), kwargs=None):
         """The model's trace with the latent sites at ``flat`` (the LM Jacobian factors included)."""

@@ -23,13 +23,14 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 from numpyro import handlers
+from numpyro.distributions import MaskedDistribution, constraints
 from numpyro.distributions.util import sum_rightmost
 
 from .bases import Basis, basis_for_prior, get_basis
 from .families import MatchedFamily, family_for_prior, get_family
 from .programs import is_traced
 
-__all__ = ["SiteSpec", "Layout", "SiteChoice", "trace_sites", "site_transform", "basis_value", "unravel", "ravel"]
+__all__ = ["SiteSpec", "Layout", "SiteChoice", "trace_sites", "missing_data_sites", "site_transform", "basis_value", "unravel", "ravel"]
 
 
 class SiteSpec(NamedTuple):
@@ -59,6 +60,7 @@ class Layout(NamedTuple):
     sites: tuple
     size: int
     observed_size: int = 0  # numbers in the observed sites' values (a memory estimate's input)
+    missing_data: tuple = ()  # the latent "{y}_unobserved" sites of obs_mask (missing_data_sites)
 
     def site(self, name: str) -> SiteSpec:
         for s in self.sites:
@@ -157,6 +159,27 @@ def basis_value(params, choice: SiteChoice, site):
     return x
 
 
+def missing_data_sites(trace) -> tuple:
+    """The latent sites ``"{y}_unobserved"`` that ``numpyro.sample("y", ..., obs_mask=mask)``
+    creates beside an observed ``"{y}_observed"`` and a deterministic ``"{y}"``.
+
+    The site is masked by ``~mask``: its entries at the observed positions have no density
+    and reach nothing (``y`` takes the data there), so they would be flat directions of the
+    posterior (NUTS lets them drift). :meth:`numpyro_lm.model.ModelInfo.log_density` gives
+    them a standard normal density in the basis instead: a factor of one, independent of
+    everything else, so every other marginal is unchanged and the Laplace fit is proper.
+    """
+    names = []
+    for name, site in trace.items():
+        base = name[: -len("_unobserved")]
+        observed, value = trace.get(f"{base}_observed"), trace.get(base)
+        if (name.endswith("_unobserved") and _is_latent(site) and isinstance(site["fn"], MaskedDistribution)
+                and observed is not None and observed["type"] == "sample" and observed["is_observed"]
+                and value is not None and value["type"] == "deterministic"):
+            names.append(name)
+    return tuple(names)
+
+
 def _refuse(site, why: str, fix: str):
     raise ValueError(f"site {site['name']!r}: {why}. {fix}")
 
@@ -182,12 +205,20 @@ def _check_latent_site(site, subsampled_plates):
         )
     if site["infer"].get("enumerate"):
         _refuse(site, "enumerated sites are not supported", "Marginalise it out in the model.")
+    if fn.support is constraints.circular:
+        # an interval basis cuts the circle at +-pi: a posterior across the cut would be split in two
+        _refuse(site, f"its support is circular ({type(fn).__name__}) and no Gaussian basis covers a circle",
+                "Reparameterise it onto the real line: numpyro.handlers.reparam(model, "
+                f"config={{{site['name']!r}: numpyro.infer.reparam.CircularReparam()}}).")
+    if isinstance(fn.support, constraints._Simplex) and fn.event_shape[-1:] == (1,):
+        _refuse(site, "it is a simplex of one category, always [1.]: there is nothing to infer",
+                "Replace it by jnp.ones(1) (or give it two categories or more).")
     _check_full_data(site, subsampled_plates)
 
 
 def trace_sites(model, args, kwargs, choice: SiteChoice, init_strategy, rng_key) -> Layout:
     """Run the model abstractly and describe its latent sites (see :class:`SiteSpec`)."""
-    found, observed = [], []
+    found, observed, missing = [], [], []
     # only array arguments are traced: Python numbers stay concrete (plate sizes)
     leaves, treedef = jax.tree.flatten((args, kwargs))
     is_array = [is_traced(leaf) for leaf in leaves]
@@ -220,6 +251,7 @@ def trace_sites(model, args, kwargs, choice: SiteChoice, init_strategy, rng_key)
             out[name] = y
         observed.append(sum(int(np.prod(jnp.shape(site["value"]))) for site in tr.values()
                             if site["type"] == "sample" and site["is_observed"]))
+        missing.append(missing_data_sites(tr))
         return out
 
     shapes = jax.eval_shape(run, rng_key, [x for x, a in zip(leaves, is_array) if a])
@@ -238,4 +270,4 @@ def trace_sites(model, args, kwargs, choice: SiteChoice, init_strategy, rng_key)
         offset += size
     if not sites:
         raise ValueError("the model has no latent sample sites: there is nothing to infer.")
-    return Layout(tuple(sites), offset, observed[0] if observed else 0)
+    return Layout(tuple(sites), offset, observed[0] if observed else 0, missing[0] if missing else ())
