@@ -16,6 +16,7 @@ from .adapters import EllipticalSlice, warm_nuts
 from .bases import register_basis
 from .curvature import Gaussian
 from .errors import NotPositiveDefiniteError
+from .data_checks import ObservedDataError
 from .families import get_family, register_family, register_prior_family
 from .laplace import LaplaceState, laplace
 from .matching import LaplaceMatching
@@ -28,6 +29,7 @@ __version__ = "0.1.0"
 __all__ = [
     "LaplaceMatching",
     "NotPositiveDefiniteError",
+    "ObservedDataError",
     "NotTrustedWarning",
     "sbc",
     "SBCResult",

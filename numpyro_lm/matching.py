@@ -35,6 +35,7 @@ from .joint import run_joint
 from .refine import check_refine_memory
 from .model import ModelInfo, model_info
 from .nested import run_nested
+from .data_checks import observed_data_problem
 from .static_data import StaticArray, static_where_needed
 from .programs import BATCH_COMPILE, FAST_COMPILE, merge_inputs, resolve_compiler_options, shape_key, split_inputs
 from .verdict import NotTrustedWarning
@@ -201,16 +202,13 @@ class LaplaceMatching:
                                 jnp.dtype(jnp.result_type(float)).itemsize)
         candidates = ["dense"] if self.refine is not None else curvature_candidates(info.layout, self.curvature,
                                                                                      self.plate)
-        for i, curvature in enumerate(candidates):
-            try:
-                result = self._fit(info, self._options(info, curvature), rng_key, args, kwargs, init_params, common)
-                break
-            except StructureError:
-                # the structure does not hold at the fit (a plate's entries that interact, a
-                # likelihood of more than low rank): the next candidate, dense the last (where it
-                # fits in memory, else check_dense_memory says so)
-                if i == len(candidates) - 1:
-                    raise
+        try:
+            result = self._fit_candidates(info, candidates, rng_key, args, kwargs, init_params, common)
+        except Exception as error:
+            problem = observed_data_problem(info, args, kwargs)  # the data's fault, named, where it is
+            if problem is not None:
+                raise problem from error
+            raise
         diagnostics = result.diagnostics()  # before the object changes: a failed call leaves it as it was
         previous, self._result = self._result, result  # only a fit that passed its checks replaces the last one
         if self.fallback == "nuts" and not diagnostics["trusted"]:
@@ -223,6 +221,18 @@ class LaplaceMatching:
         if not diagnostics["trusted"]:  # silence is not an answer
             warnings.warn(f"LaplaceMatching: {diagnostics['verdict']}", NotTrustedWarning, stacklevel=2)
         return self
+
+    def _fit_candidates(self, info, candidates, rng_key, args, kwargs, init_params, common):
+        """The fit with the first curvature among ``candidates`` whose structure holds."""
+        for i, curvature in enumerate(candidates):
+            try:
+                return self._fit(info, self._options(info, curvature), rng_key, args, kwargs, init_params, common)
+            except StructureError:
+                # the structure does not hold at the fit (a plate's entries that interact, a
+                # likelihood of more than low rank): the next candidate, dense the last (where it
+                # fits in memory, else check_dense_memory says so)
+                if i == len(candidates) - 1:
+                    raise
 
     def _fit(self, info, options: FitOptions, rng_key, args, kwargs, init_params, common):
         """The fit ``run`` asks for (nested, the auto-pilot's or the joint one), its trail attached."""

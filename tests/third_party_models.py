@@ -13,8 +13,9 @@ data come from numpy with a fixed seed. Data are numpy arrays, as users pass the
 `case(name)` returns a `Case`; `CASES` maps every name to its case.
 """
 
+from collections.abc import Callable
 from functools import cache
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
@@ -106,7 +107,7 @@ def _ucb_admissions():
                 "plate size np.max(dept) + 1 computed from a numpy data argument; LKJCholesky")
 
 
-# test/infer/test_mcmc.py-style varying intercepts; the group count arrives as a numpy integer
+# examples/baseball.py partial pooling, with the group count passed in as a numpy integer
 def varying_intercepts(num_groups, group, y=None):
     num_groups = int(num_groups)  # fails if the library hands the model traced arguments
     mu = numpyro.sample("mu", dist.Normal(0.0, 5.0))
@@ -176,8 +177,10 @@ def lotka_volterra(N, y=None):
 def _lotka_volterra():
     rng = np.random.default_rng(7)
     theta, z, dt = np.array([0.55, 0.028, 0.84, 0.024]), np.array([33.0, 6.0]), 0.01
-    rate = lambda z: np.array([(theta[0] - theta[1] * z[1]) * z[0],  # noqa: E731
-                               (-theta[2] + theta[3] * z[0]) * z[1]])
+
+    def rate(z):
+        return np.array([(theta[0] - theta[1] * z[1]) * z[0], (-theta[2] + theta[3] * z[0]) * z[1]])
+
     path = [z]
     for _ in range(9 * 100):  # RK4 to t = 9, keeping whole years
         k1 = rate(z)
@@ -328,7 +331,7 @@ def _obs_mask():
                 "latent y_unobserved has all 40 entries; the 34 observed ones carry no density")
 
 
-# test/infer/test_mcmc.py style: an empty plate next to ordinary sites
+# no NumPyro original: an empty plate, as when a data frame filter leaves zero rows
 def zero_size(y):
     mu = numpyro.sample("mu", dist.Normal(0.0, 1.0))
     sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
@@ -338,6 +341,7 @@ def zero_size(y):
         numpyro.sample("y", dist.Normal(mu + z.sum(), sigma), obs=y)
 
 
+# test/infer/test_mcmc.py::test_trivial_dirichlet, next to an ordinary site
 def simplex_one(y):
     p = numpyro.sample("p", dist.Dirichlet(jnp.ones(1)))  # always [1.0]: zero free dimensions
     mu = numpyro.sample("mu", dist.Normal(0.0, 1.0))
@@ -389,7 +393,7 @@ def _logistic_regression():
                 "design matrix captured by closure; vector site without a plate")
 
 
-# examples/baseball.py style count GLM: Poisson regression with a log-exposure offset
+# examples/baseball.py-style count GLM (Binomial there), here Poisson with a log-exposure offset
 def poisson_regression(x, exposure, counts=None):
     intercept = numpyro.sample("intercept", dist.Normal(0.0, 2.0))
     slope = numpyro.sample("slope", dist.Normal(0.0, 1.0))
@@ -487,7 +491,7 @@ def _deterministic():
                 "continuous", "all data by keyword; structure depends on which are None; deterministic")
 
 
-# SVI-style model from the NumPyro SVI docs: numpyro.param inside the model itself
+# Statistical Rethinking NumPyro port (ch. 7): numpyro.param inside the model itself
 def with_param(y):
     offset = numpyro.param("offset", 0.5)
     scale = numpyro.param("scale", 1.0, constraint=constraints.positive)
