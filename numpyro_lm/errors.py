@@ -53,19 +53,27 @@ def not_positive_definite(layout, curvature, data_set: Optional[int] = None) -> 
             f"{_where(data_set)}the negative Hessian at the mode is not finite: the mode search ran into an "
             "infinite density or the edge of a site's support (a hierarchical scale collapsing to zero: a "
             "funnel). Reparameterise (non-centred: numpyro.infer.reparam.LocScaleReparam), give the scale a "
-            "prior that keeps it off zero, or use nested Laplace over the scale (hyper=[...])."
+            "prior that keeps it off zero, or use nested Laplace over the scale (hyper=[...]; the default "
+            "strategy='auto' without refine= picks it by itself)."
         )
     floor = float(singular_floor(eigval))
     bad = np.flatnonzero(eigval <= floor) if np.any(eigval <= floor) else np.array([0])
     weights = np.sum(eigvec[:, bad] ** 2, axis=1)
     top = np.argsort(-weights)[:5]
     where = ", ".join(f"{layout.coordinate(int(i))} ({weights[i]:.2f})" for i in top if weights[i] > 1e-3)
-    hint = (
-        "the model's density may be improper or unidentified along these directions: give them a proper prior"
-        if jax.config.jax_enable_x64
-        else 'float32 Hessians of models with many observations are often not positive definite: enable '
-        'float64 with jax.config.update("jax_enable_x64", True)'
-    )
+    eps = float(np.finfo(dtype).eps)
+    if eigval[0] < -np.sqrt(eps) * max(abs(eigval[-1]), 1.0):
+        # clearly negative, not round-off: the density curves downwards-up here
+        hint = ("the search ended at a saddle point, not a mode (the density rises along these directions: a "
+                "symmetric mixture, a double well, a start at a symmetric point); start elsewhere: init_params=, "
+                "init_strategy=numpyro.infer.init_to_sample or num_starts=8")
+    elif dtype == np.float32:
+        hint = ('float32 round-off (Hessians of models with many observations are often not positive definite in '
+                'float32: enable float64 with jax.config.update("jax_enable_x64", True)), or a direction the data '
+                "and priors do not identify (an improper prior, a parameter the likelihood does not see: give it a "
+                "proper prior)")
+    else:
+        hint = "the model's density may be improper or unidentified along these directions: give them a proper prior"
     if eigval[0] > 0:
         what = (f"numerically singular (eigenvalues from {eigval[0]:.3g} to {eigval[-1]:.3g}: a "
                 f"condition number beyond what {dtype} resolves)")
@@ -125,7 +133,13 @@ def fit_error(layout, checks: FitChecks, curvature, data_set: Optional[int] = No
             "model's supports and data, or pass init_params= / init_strategy=."
         )
     if not checks.positive:
-        return not_positive_definite(layout, curvature(), data_set)
+        error = not_positive_definite(layout, curvature(), data_set)
+        if not checks.converged:  # the budget ran out before a mode: that is the cause to name first
+            return NotPositiveDefiniteError(
+                f"{_where(data_set)}the mode search did not converge after {checks.num_iter} iterations (last "
+                f"Newton step {checks.decrement:.2e} posterior SDs): increase max_iter, or start elsewhere "
+                f"(init_params=, init_strategy=). Where it stopped, {str(error)[len(_where(data_set)):]}")
+        return error
     for site in layout.sites:
         if not checks.params[site.name]:
             return ValueError(
@@ -163,15 +177,15 @@ def check_options(*, method, num_samples, refine, refine_num_samples, refine_max
     from .bases import get_basis
     from .families import family_names, get_family
     from .refine import REFINE_METHODS
+    from .validation import check_count
 
     if method not in ("auto", "newton", "lbfgs"):
         raise ValueError(f"method must be 'auto', 'newton' or 'lbfgs', not {method!r}")
-    if num_samples < 1:
-        raise ValueError(f"num_samples must be positive, not {num_samples}")
+    check_count(num_samples, "num_samples")
     if refine is not None and refine not in REFINE_METHODS:
         raise ValueError(f"refine must be None or one of {REFINE_METHODS}, not {refine!r}")
-    if (refine_num_samples is not None and refine_num_samples < 1) or refine_max_iter < 0:
-        raise ValueError("refine_num_samples must be positive and refine_max_iter non-negative")
+    check_count(refine_num_samples, "refine_num_samples", allow_none=True)
+    check_count(refine_max_iter, "refine_max_iter", minimum=0)
     if hyper is not None and hyper != "auto" and not (
         isinstance(hyper, (list, tuple)) and hyper and all(isinstance(h, str) for h in hyper)
     ):
@@ -187,5 +201,4 @@ def check_options(*, method, num_samples, refine, refine_num_samples, refine_max
         raise ValueError(f'strategy must be "auto" or "laplace", not {strategy!r}')
     if fallback not in (None, "nuts"):
         raise ValueError(f'fallback must be None or "nuts", not {fallback!r}')
-    if num_starts is not None and num_starts < 1:
-        raise ValueError(f"num_starts must be at least 1, not {num_starts}")
+    check_count(num_starts, "num_starts", allow_none=True)

@@ -18,6 +18,7 @@ Laplace Bridge", thesis (2021).
 
 from __future__ import annotations
 
+import numbers
 import warnings
 from typing import Callable, Optional
 
@@ -36,6 +37,7 @@ from .refine import check_refine_memory
 from .model import ModelInfo, model_info
 from .nested import run_nested
 from .data_checks import observed_data_problem
+from .validation import check_count, check_init_params, check_model, check_rng_key, refuse_mcmc_options
 from .static_data import StaticArray, static_where_needed
 from .programs import BATCH_COMPILE, FAST_COMPILE, merge_inputs, resolve_compiler_options, shape_key, split_inputs
 from .verdict import NotTrustedWarning
@@ -106,6 +108,9 @@ class LaplaceMatching:
         memory is refused before it is allocated.
     :param str plate: the plate of ``curvature="arrowhead"`` (default: the plate holding the most
         latent coordinates).
+    :param options: none: ``MCMC``'s own options (``num_warmup``, ``num_chains``,
+        ``thinning``, ...) are refused with the reason
+        (:data:`~numpyro_lm.validation.MCMC_ONLY_OPTIONS`), others as unexpected.
     :param dict compiler_options: XLA options of the compiled programs. The default,
         ``"auto"``, is ``FAST_COMPILE`` (two to four times faster to compile at about the same
         speed for dense fits of small models) below
@@ -121,7 +126,17 @@ class LaplaceMatching:
                  newton_max_dim: int = 1000, progress_bar: bool = True, refine: Optional[str] = None, hyper=None,
                  refine_num_samples: Optional[int] = None, refine_max_iter: int = 200,
                  compiler_options="auto", num_starts: Optional[int] = None, strategy: str = "auto",
-                 fallback: Optional[str] = None, curvature: str = "auto", plate: Optional[str] = None):
+                 fallback: Optional[str] = None, curvature: str = "auto", plate: Optional[str] = None, **options):
+        refuse_mcmc_options(options)
+        check_model(model)
+        check_count(max_iter, "max_iter")
+        check_count(newton_max_dim, "newton_max_dim", minimum=0)
+        if tol is not None and not (isinstance(tol, numbers.Real) and tol > 0):
+            raise ValueError(f"tol must be None or a positive number, not {tol!r}")
+        if regularize is not None and not (isinstance(regularize, numbers.Real) and regularize >= 0):
+            raise ValueError(f"regularize must be None or a non-negative number, not {regularize!r}")
+        if not isinstance(progress_bar, (bool, np.bool_)):
+            raise TypeError(f"progress_bar must be True or False, not {progress_bar!r}")
         if curvature not in CURVATURES:
             raise ValueError(f"curvature must be one of {CURVATURES}, not {curvature!r}")
         if refine is not None and curvature not in ("auto", "dense"):
@@ -192,7 +207,9 @@ class LaplaceMatching:
             the same shapes reuses the compiled programs); other values are static.
         :param dict init_params: initial *constrained* values per site.
         """
+        check_rng_key(rng_key)
         args, kwargs, info = self._inputs(args, kwargs)
+        check_init_params(init_params, info.layout)
         common = dict(num_samples=self.num_samples,
                       compiler_options=resolve_compiler_options(self.compiler_options, info.layout),
                       progress_bar=self.progress_bar)
@@ -266,6 +283,7 @@ class LaplaceMatching:
             batch's run time grows with B, its compile time does not (on 1000 eight-schools
             fits, half the run time of ``FAST_COMPILE`` at 1.5 times its compile time).
         """
+        check_rng_key(rng_key)
         if self.hyper is not None:
             raise ValueError("run_many fits joint Laplace approximations; nested fits (hyper=) are not batched "
                              "yet: call run() per data set.")
@@ -303,6 +321,7 @@ class LaplaceMatching:
         Pareto smoothed importance resampling towards the posterior (refused where k-hat >
         0.7). After :meth:`run_many` every array has a leading axis of size B.
         """
+        check_count(num_samples, "num_samples", allow_none=True)
         return self._require().get_samples(num_samples, group_by_chain, resample, rng_key)
 
     def get_extra_fields(self, group_by_chain: bool = False) -> dict:

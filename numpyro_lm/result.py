@@ -338,6 +338,10 @@ class Result:
                   f"{int(np.sum(~np.asarray(d['trusted'])))} not trusted (see diagnostics()['verdict']).")
             return
         samples = self.get_samples()
+        if self.num_samples < 2:  # numpyro's summary asserts at least two draws
+            raise ValueError(f"print_summary needs at least 2 draws, and this fit has num_samples={self.num_samples}: "
+                             "pass num_samples >= 2 to LaplaceMatching (each site's matched family is in "
+                             "lm.posterior without draws).")
         if exclude_deterministic:
             samples = {s.name: samples[s.name] for s in self.info.layout.sites}
         numpyro_print_summary(samples, prob=prob, group_by_chain=False)

@@ -9,7 +9,7 @@ import pytest
 from numpyro import handlers
 from numpyro.distributions import constraints
 
-from numpyro_lm import LaplaceMatching, NotPositiveDefiniteError
+from numpyro_lm import LaplaceMatching, NotPositiveDefiniteError, NotTrustedWarning
 
 pytestmark = pytest.mark.usefixtures("x64")
 
@@ -465,6 +465,29 @@ def test_flat_direction_in_float32_suggests_float64(x32):
 
     with pytest.raises(NotPositiveDefiniteError, match="jax_enable_x64"):
         fit(model, jnp.array([1.0, 2.0]))
+
+
+def _double_well():
+    x = numpyro.sample("x", dist.ImproperUniform(constraints.real, (), ()))
+    numpyro.factor("well", -((x**2 - 1.0) ** 2))
+
+
+def test_a_saddle_is_named_with_another_start_as_the_fix():
+    # x = 0 is a stationary point with curvature -4: the search converges there at once
+    lm = LaplaceMatching(_double_well, strategy="laplace", num_starts=1, progress_bar=False)
+    with pytest.raises(NotPositiveDefiniteError, match="saddle point, not a mode.*init_to_sample"):
+        lm.run(jax.random.PRNGKey(0), init_params={"x": 0.0})
+    # from elsewhere it finds a mode: x = +-1, curvature 8; one of two, which the verdict sees
+    with pytest.warns(NotTrustedWarning, match="k-hat"):
+        lm.run(jax.random.PRNGKey(0), init_params={"x": 0.7})
+    np.testing.assert_allclose(abs(float(lm.posterior["x"].loc)), 1.0, rtol=1e-3)
+
+
+def test_a_search_out_of_iterations_says_so_first():
+    lm = LaplaceMatching(_double_well, strategy="laplace", num_starts=1, max_iter=1, method="newton",
+                         progress_bar=False)
+    with pytest.raises(NotPositiveDefiniteError, match="did not converge after 1 iterations.*increase max_iter"):
+        lm.run(jax.random.PRNGKey(0), init_params={"x": 0.3})
 
 
 def test_non_finite_density_is_reported():

@@ -69,3 +69,29 @@ def test_the_pure_core_vmaps_over_data_sets():
     a, rate = 2.0 + ys.sum(1), 3.0 + ys.shape[1]
     np.testing.assert_allclose(states.mode[:, 0], np.log(a / rate), rtol=1e-9)
     np.testing.assert_allclose(jax.vmap(lambda c: c.variance())(states.curvature)[:, 0], 1 / a, rtol=1e-9)
+
+
+def masked_gamma(y, mask):
+    rate = numpyro.sample("rate", dist.Gamma(2.0, 1.0))
+    with numpyro.plate("n", y.shape[0]):
+        numpyro.sample("y", dist.Exponential(rate), obs=y, obs_mask=mask)
+
+
+def test_obs_mask_entries_the_mask_drops_get_a_standard_normal_density():
+    y, mask = np.array([0.5, 1.0, 2.0, 0.3]), np.array([True, False, True, True])
+    info = model_info(masked_gamma, (y, mask), {})
+    assert info.layout.missing_data == ("y_unobserved",)
+    site = info.layout.site("y_unobserved")
+    assert site.basis == "log"
+    rate, missing = 1.5, np.array([0.4, 0.7, 1.1, 2.5])  # constrained values; y_unobserved[1] is missing
+    flat = np.zeros(info.size)
+    flat[info.layout.site("rate").offset] = np.log(rate)
+    flat[site.offset : site.offset + site.size] = np.log(missing)
+    # closed form: Gamma(2, 1) prior on rate, Exponential likelihood of the three observed values and of
+    # the missing one, log-Jacobians of the log bases (rate and the missing entry), and N(0, 1) on the log
+    # basis coordinates of the three entries the mask drops
+    expected = (dist.Gamma(2.0, 1.0).log_prob(rate) + np.log(rate)
+                + np.sum(dist.Exponential(rate).log_prob(y[mask]))
+                + dist.Exponential(rate).log_prob(missing[1]) + np.log(missing[1])
+                + np.sum(dist.Normal(0, 1).log_prob(np.log(missing[mask]))))
+    np.testing.assert_allclose(info.log_density(flat, (y, mask), {}), expected, rtol=1e-12)

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from numpyro_lm.optimize import lbfgs, newton, newton_init, newton_step, value_grad_hessian
+from numpyro_lm.optimize import hvp, lbfgs, newton, newton_init, newton_step, value_grad_hessian
 
 pytestmark = pytest.mark.usefixtures("x64")
 
@@ -24,6 +24,41 @@ def test_value_grad_hessian_matches_jax():
     np.testing.assert_allclose(value, rosenbrock(x))
     np.testing.assert_allclose(grad, jax.grad(rosenbrock)(x), rtol=1e-12)
     np.testing.assert_allclose(hess, jax.hessian(rosenbrock)(x), rtol=1e-12)
+
+
+@jax.custom_vjp
+def _square(x):
+    return x**2
+
+
+_square.defvjp(lambda x: (x**2, x), lambda x, g: (2.0 * g * x,))
+
+
+@jax.custom_vjp
+def _cube_sum(x):
+    """sum(x^3) whose reverse rule calls another custom_vjp, as odeint's adjoint calls odeint:
+    the gradient exists, forward mode through it is refused."""
+    return jnp.sum(x**3)
+
+
+_cube_sum.defvjp(lambda x: (jnp.sum(x**3), x), lambda x, g: (3.0 * g * _square(x),))
+
+
+def test_curvature_of_a_custom_vjp_goes_reverse_over_reverse():
+    # the Hessian of sum(x^3) + rosenbrock is diag(6 x) + rosenbrock's: a closed form to compare with
+    def fn(x):
+        return _cube_sum(x) + rosenbrock(x)
+
+    x, v = jnp.array([0.3, -1.2, 0.8]), jnp.array([1.0, 0.5, -2.0])
+    with pytest.raises(TypeError, match="forward-mode"):
+        jax.jvp(jax.grad(fn), (x,), (v,))
+    exact = jnp.diag(6.0 * x) + jax.hessian(rosenbrock)(x)
+    np.testing.assert_allclose(hvp(fn, x, v), exact @ v, rtol=1e-12)
+    value, grad, hess = value_grad_hessian(fn, x)
+    np.testing.assert_allclose(value, fn(x), rtol=1e-12)
+    np.testing.assert_allclose(hess, exact, rtol=1e-12)
+    # the forward-over-reverse path stays for everything else
+    np.testing.assert_allclose(hvp(rosenbrock, x, v), jax.hessian(rosenbrock)(x) @ v, rtol=1e-12)
 
 
 def test_newton_solves_a_quadratic_in_one_step():
