@@ -203,6 +203,7 @@ def ar1(y):
         y_t = numpyro.sample("y", dist.Normal(const + phi * y_prev, sigma))
         return y_t, None
 
+    y = jnp.asarray(y)  # scan indexes the conditioned values with a tracer: numpy cannot
     with numpyro.handlers.condition(data={"y": y[1:]}):
         scan(transition, y[0], jnp.arange(len(y) - 1))
 
@@ -297,7 +298,7 @@ def _angles():
 # test/infer/test_reparam.py::test_projected_normal, a latent direction seen through noisy points
 def projected_normal(points):
     direction = numpyro.sample("direction", dist.ProjectedNormal(jnp.zeros(3)))
-    with numpyro.plate("points", len(points)):
+    with numpyro.plate("data", len(points)):
         numpyro.sample("points", dist.Normal(direction, 0.3).to_event(1), obs=points)
 
 
@@ -331,12 +332,12 @@ def _obs_mask():
                 "latent y_unobserved has all 40 entries; the 34 observed ones carry no density")
 
 
-# no NumPyro original: an empty plate, as when a data frame filter leaves zero rows
+# no NumPyro original: effects for zero groups, as when a data-frame filter leaves none.
+# numpyro.plate itself asserts a positive size, so the empty site is an expanded Normal.
 def zero_size(y):
     mu = numpyro.sample("mu", dist.Normal(0.0, 1.0))
     sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
-    with numpyro.plate("nothing", 0):
-        z = numpyro.sample("z", dist.Normal(0.0, 1.0))
+    z = numpyro.sample("z", dist.Normal(0.0, 1.0).expand([0]).to_event(1))
     with numpyro.plate("data", len(y)):
         numpyro.sample("y", dist.Normal(mu + z.sum(), sigma), obs=y)
 
@@ -431,7 +432,7 @@ def _subsample():
     logits = rng.normal(0.0, 1.0, 4)[group] + features @ np.array([0.8, -0.4])
     labels = (rng.random(200) < 1 / (1 + np.exp(-logits))).astype(float)
     return Case(hierarchical_logistic, (4, group, features), {"labels": labels}, "continuous",
-                "plate subsample_size=50 of 200: the log density is random (may be refused)")
+                "plate subsample_size=50 of 200: random log density; NUTS refuses it")
 
 
 # test/infer/test_reparam.py::dirichlet_categorical
@@ -457,7 +458,7 @@ def _lkj():
     rng = np.random.default_rng(21)
     cov = np.array([[1.0, 0.5, 0.2], [0.5, 2.0, -0.3], [0.2, -0.3, 0.5]])
     return Case(lkj_cholesky, (rng.multivariate_normal(np.zeros(3), cov, 100),), {}, "continuous",
-                "corr_cholesky support; concentration given as shape-(1,) array")
+                "corr_cholesky support; shape-(1,) concentration makes L_omega (1, 3, 3)")
 
 
 # test/test_distributions.py Wishart cases: a Wishart precision matrix for bivariate data
@@ -546,14 +547,14 @@ _BUILDERS = {
     "von_mises": lambda: Case(von_mises, _angles(), {}, "circular",
                               "VonMises location with data near pi: the mode sits on the +-pi cut"),
     "von_mises_circular": lambda: Case(von_mises_circular, _angles(), {}, "continuous",
-                                       "CircularReparam: improper real latent, periodic posterior"),
+                                       "CircularReparam: ImproperUniform latent (prior draws raise), periodic posterior"),
     "projected_normal": lambda: Case(projected_normal, _points(), {}, "circular",
                                      "sphere support has no bijection to R^n"),
     "projected_normal_reparam": lambda: Case(projected_normal_reparam, _points(), {}, "continuous",
                                              "ProjectedNormalReparam: radius is a prior-only direction"),
     "obs_mask": _obs_mask,
     "zero_size": lambda: Case(zero_size, _normal_data(), {}, "degenerate",
-                              "latent of shape (0,) in a plate of size 0 next to normal sites"),
+                              "latent of shape (0,) (zero groups) next to normal sites"),
     "simplex_one": lambda: Case(simplex_one, _normal_data(), {}, "degenerate",
                                 "Dirichlet with one category: zero unconstrained dimensions"),
     "no_latent": lambda: Case(no_latent, _normal_data(), {}, "no_latent", "only observed sites"),
