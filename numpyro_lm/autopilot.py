@@ -19,7 +19,10 @@ first whose verdict (:mod:`numpyro_lm.verdict`) is *trusted*:
    ``20 D``). Moment matching minimises :math:`\mathrm{KL}(p\,\|\,q)` within the
    Gaussians, the direction that gets marginals right; each site's matched family follows
    from it as from a Laplace fit. Its own fresh draws and weights give its verdict.
-4. ``"refine"``: the Laplace Gaussian refined against a fixed-draw evidence lower bound
+4. ``"nested"`` again where the joint fit failed and no constrained hyperparameter was
+   found, over the real-valued global sites that set another site's prior (a log-scale
+   written on the real line: Neal's funnel has no joint mode).
+5. ``"refine"``: the Laplace Gaussian refined against a fixed-draw evidence lower bound
    (:mod:`numpyro_lm.refine`, ``"dadvi"``: mean and covariance eigenvalues, 300 fixed
    draws, Newton from the Laplace fit; two to three times a plain fit's cost on
    ``benchmarks/refine.py``'s models), where the joint fit ran and nothing else was trusted;
@@ -171,6 +174,15 @@ def run_auto(info, options: FitOptions, rng_key, args, kwargs, init_params=None,
         if ok:
             return result, trail
 
+    located = _hyper(info, locations=True) if "nested" in candidates and laplace is None else None
+    if located is not None and located != hyper:
+        # the joint fit failed and no constrained hyperparameter was found: a scale written on
+        # the real line (Neal's funnel's log-scale y) has no joint mode either; nested over it
+        result, ok = attempt("nested", lambda: run_nested(info, options, located, rng_key, args, kwargs,
+                                                          init_params, **common))
+        if ok:
+            return result, trail
+
     if not results:
         raise first_error
     _, result = min(results, key=lambda ar: _badness(*ar))
@@ -193,10 +205,10 @@ def _psis_result(source: JointResult, key, compiler_options, num_samples: int) -
                        compiler_options)
 
 
-def _hyper(info) -> Optional[list]:
+def _hyper(info, locations: bool = False) -> Optional[list]:
     """The model's hyperparameter sites, or None where none are found."""
     try:
-        return hyper_sites(info.layout, "auto", info.parents)
+        return hyper_sites(info.layout, "auto", info.parents, locations)
     except ValueError:
         return None
 

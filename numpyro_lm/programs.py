@@ -16,6 +16,7 @@ bound to a ``LaplaceMatching`` object.
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import Callable, NamedTuple, Optional
 
 import jax
@@ -240,8 +241,18 @@ def in_float64(run: Callable, arrays, args=(), kwargs=None):
                 return a.copy()
             return np.asarray(jax.device_get(a), np.float64) if _is_floating(a) else a
 
-        arrays, args, kwargs = jax.tree.map(up, (arrays, tuple(args), dict(kwargs or {})))
-        return jax.device_get(run(arrays, args, kwargs))
+        wide = jax.tree.map(up, (arrays, tuple(args), dict(kwargs or {})))
+        try:
+            return jax.device_get(run(*wide))
+        except ValueError as error:
+            if "Cannot lower jaxpr" not in str(error):
+                raise
+    # jaxlib 0.10 lowers a NumPy array the model closes over (global data) with the dtype it
+    # had when first compiled in float32, which float64 programs then reject
+    warnings.warn("the model closes over NumPy arrays (data held in a global or a closure), which JAX cannot "
+                  "compile in float64 after float32: this part ran in float32. Pass the data as arguments of "
+                  "the model (model(x, y=None), run(key, x, y=y)) to keep float64 here.", stacklevel=3)
+    return jax.device_get(run(arrays, args, kwargs))
 
 
 def _is_floating(a) -> bool:

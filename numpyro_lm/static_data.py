@@ -22,12 +22,19 @@ from typing import Callable
 import jax
 import numpy as np
 
-__all__ = ["StaticArray", "CONCRETE_ERRORS", "static_where_needed"]
+__all__ = ["StaticArray", "CONCRETE_ERRORS", "needs_concrete", "static_where_needed"]
 
 CONCRETE_ERRORS = (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,
                    jax.errors.TracerIntegerConversionError, jax.errors.NonConcreteBooleanIndexError)
 """What a model raises when it needs a traced argument's value (``TracerBoolConversionError``
-is a ``ConcretizationTypeError``)."""
+is a ``ConcretizationTypeError``); :func:`needs_concrete` also reads JAX's plain
+``TypeError`` for a traced shape (``jnp.zeros((n, 2))`` with ``n`` from the data)."""
+
+
+def needs_concrete(error: BaseException) -> bool:
+    """Whether ``error`` says a traced value was used where a concrete one is needed."""
+    return isinstance(error, CONCRETE_ERRORS) or (isinstance(error, (TypeError, IndexError, ValueError))
+                                                  and "Tracer" in str(error))
 
 
 class StaticArray(np.ndarray):
@@ -53,7 +60,9 @@ def static_where_needed(trace: Callable, args: tuple, kwargs: dict):
     first error where static arguments do not help either."""
     try:
         return args, kwargs, trace(args, kwargs)
-    except CONCRETE_ERRORS as first:
+    except Exception as first:  # noqa: BLE001 - only JAX's "needs a concrete value" errors are handled
+        if not needs_concrete(first):
+            raise
         error = first
     leaves, treedef = jax.tree.flatten((tuple(args), dict(kwargs)))
     static = {i for i, leaf in enumerate(leaves) if _is_data(leaf)}
@@ -64,7 +73,9 @@ def static_where_needed(trace: Callable, args: tuple, kwargs: dict):
 
     try:
         out = attempt(static)
-    except CONCRETE_ERRORS:
+    except Exception as second:  # noqa: BLE001
+        if not needs_concrete(second):
+            raise
         error.add_note("numpyro_lm traces the model with its latent values abstract (as NUTS does): Python control "
                        "flow or NumPy on a latent site's value (if sigma > 1, np.exp(sigma), float(sigma)) needs "
                        "jax.numpy and jax.lax.cond / jnp.where instead; data arguments the model needs as concrete "
@@ -74,6 +85,6 @@ def static_where_needed(trace: Callable, args: tuple, kwargs: dict):
         try:
             out = attempt(static - {i})
             static = static - {i}
-        except CONCRETE_ERRORS:
+        except Exception:  # noqa: BLE001 - whatever fails traced stays static (its trace above worked)
             pass
     return out

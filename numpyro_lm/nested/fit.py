@@ -39,7 +39,7 @@ from .search import ModeSearch, NonFiniteStart, explore
 __all__ = ["NestedResult", "hyper_sites", "run_nested"]
 
 
-def hyper_sites(layout, hyper, parents=None) -> list:
+def hyper_sites(layout, hyper, parents=None, locations: bool = False) -> list:
     """The hyperparameter sites: the names given, or for ``"auto"`` the model's global scales
     and shapes. Candidates are the constrained sites (positive, interval, ... : not a
     real-valued location) of at most two coordinates each that lie outside every plate;
@@ -53,6 +53,9 @@ def hyper_sites(layout, hyper, parents=None) -> list:
     concentrations) are such sites; locations and regression coefficients are left to the
     conditional Laplace step, where they are Gaussian given the hyperparameters in linear
     models. A Poisson rate that is the only parameter of its likelihood is not.
+    ``locations=True`` admits real-valued sites too (a log-scale written on the real line,
+    as Neal's funnel's ``y`` sets ``x ~ Normal(0, exp(y / 2))``): the auto-pilot's last
+    rung where the joint fit failed.
     """
     names = [s.name for s in layout.sites]
     if hyper != "auto":
@@ -60,7 +63,7 @@ def hyper_sites(layout, hyper, parents=None) -> list:
         if unknown:
             raise ValueError(f"hyper names {unknown}, which are not latent sites; the latent sites are {names}")
         return list(hyper)
-    candidates = [s.name for s in layout.sites if not s.plates and s.size <= 2 and s.basis != "identity"]
+    candidates = [s.name for s in layout.sites if not s.plates and s.size <= 2 and (locations or s.basis != "identity")]
     chosen = hyperparameters(parents, names, candidates)
     size = sum(layout.site(n).size for n in chosen)
     if not chosen or size > MAX_CCD_DIM or size == layout.size:
