@@ -35,6 +35,7 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/nested.py
 	$(PY) benchmarks/batch.py
 	$(PY) benchmarks/trust.py
+	$(PY) benchmarks/third_party.py
 	$(PY) benchmarks/scale.py
 
 clean:
