@@ -17,6 +17,7 @@ import numpy as np
 
 from .adapters import EllipticalSlice, warm_nuts
 from .matching import LaplaceMatching
+from .validation import check_model, check_rng_key
 
 __all__ = ["Comparison", "compare", "METHODS"]
 
@@ -81,6 +82,9 @@ def compare(
     unknown = set(methods) - set(METHODS)
     if unknown:
         raise ValueError(f"unknown methods {sorted(unknown)}; choose from {list(METHODS)}")
+    check_model(model)
+    if rng_key is not None:
+        check_rng_key(rng_key)
     key = jax.random.PRNGKey(0) if rng_key is None else rng_key
     lm_kwargs = {"num_samples": num_samples * num_chains, "progress_bar": progress_bar, **(lm_kwargs or {})}
     mcmc_options = dict(num_samples=num_samples, num_chains=num_chains, chain_method="sequential",

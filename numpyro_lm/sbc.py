@@ -174,6 +174,13 @@ def sbc(model, *args, num_datasets: int = 200, rng_key=None, num_samples: int = 
     """
     from .inference_data import _observed_names
     from .matching import LaplaceMatching
+    from .validation import check_count, check_model, check_rng_key
+
+    check_model(model)
+    if rng_key is not None:
+        check_rng_key(rng_key)
+    check_count(num_datasets, "num_datasets")
+    check_count(num_samples, "num_samples")
 
     key_prior, key_fit = jax.random.split(jax.random.PRNGKey(0) if rng_key is None else rng_key)
     trace = handlers.trace(handlers.seed(model, 0)).get_trace(*args, **kwargs)

@@ -95,3 +95,16 @@ def test_draw_counts_are_checked_where_draws_are_asked_for(capsys):
         lm.get_samples(2.5)
     with pytest.raises(ValueError, match="num_samples must be at least 1"):
         lm.get_samples(0)
+
+
+@pytest.mark.parametrize("entry", ["sbc", "compare", "EllipticalSlice"])
+def test_every_entry_point_that_takes_a_model_checks_it(entry):
+    from numpyro_lm import EllipticalSlice, sbc
+    from numpyro_lm.compare import compare
+
+    call = {"sbc": lambda m: sbc(m, y=Y), "compare": lambda m: compare(m, y=Y),
+            "EllipticalSlice": lambda m: EllipticalSlice(m)}[entry]
+    with pytest.raises(TypeError, match="pass an instance"):
+        call(ClassModel)
+    with pytest.raises(TypeError, match="must be a NumPyro model"):
+        call(None)

@@ -38,6 +38,7 @@ from numpyro.infer.mcmc import MCMCKernel
 from numpyro.infer.util import log_density
 from numpyro.util import is_prng_key
 
+from ..validation import check_model
 
 __all__ = ["ESSState", "elliptical_slice_step", "EllipticalSlice"]
 
@@ -143,6 +144,7 @@ class EllipticalSlice(MCMCKernel):
     sample_field = "z"
 
     def __init__(self, model: Callable, *, laplace=None):
+        check_model(model)
         self._model = model
         self._laplace = laplace  # (ModelInfo, Gaussian) of the Laplace ellipse, or None
         self._vectorized = False
