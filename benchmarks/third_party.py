@@ -25,6 +25,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 from report import environment, run_table, write_results  # noqa: E402
 from third_party_models import NAMES, case  # noqa: E402
+from third_party_summaries import comparable  # noqa: E402
 
 from numpyro_lm import LaplaceMatching  # noqa: E402
 
@@ -39,7 +40,7 @@ def gap_to_nuts(name, samples):
         if f"{name}/divergences" not in ref:
             return None, None
         gaps = []
-        for site, value in samples.items():
+        for site, value in comparable(name, samples).items():
             if f"{name}/{site}/mean" in ref:
                 mean, sd = ref[f"{name}/{site}/mean"], ref[f"{name}/{site}/sd"]
                 varies = sd > 1e-6 * (1 + np.abs(mean))

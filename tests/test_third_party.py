@@ -16,6 +16,7 @@ import jax
 import numpy as np
 import pytest
 from third_party_models import NAMES, case
+from third_party_summaries import comparable
 
 from numpyro_lm import LaplaceMatching
 
@@ -64,7 +65,7 @@ def worst_gap(name, samples):
     with np.load(REFERENCE) as ref:
         source = SAME_POSTERIOR.get(name, name)
         gaps = []
-        for site, value in samples.items():
+        for site, value in comparable(name, samples).items():
             if f"{source}/{site}/mean" not in ref:
                 continue
             mean, sd = ref[f"{source}/{site}/mean"], ref[f"{source}/{site}/sd"]

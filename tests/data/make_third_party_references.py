@@ -1,6 +1,7 @@
 """Long NUTS runs for the third-party model corpus (``tests/third_party_models.py``), saved as
-summaries: each latent and deterministic site's mean and SD per coordinate, the number of
-divergences and the worst split R-hat.
+summaries: each latent and deterministic site's mean and SD per coordinate (of the quantities
+``tests/third_party_summaries.py`` names comparable), the number of divergences and the worst
+split R-hat.
 
 Run from the repository root with ``.venv/bin/python tests/data/make_third_party_references.py
 [name ...]``; it writes ``tests/data/third_party_nuts.npz`` (4 chains x 2000 draws after 1000
@@ -20,6 +21,7 @@ from numpyro.infer import MCMC, NUTS
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from third_party_models import NAMES, case  # noqa: E402
+from third_party_summaries import comparable  # noqa: E402
 
 PATH = os.path.join(os.path.dirname(__file__), "third_party_nuts.npz")
 SKIP = {"discrete", "circular", "no_latent"}
@@ -40,11 +42,13 @@ def main(names):
         except Exception as e:  # noqa: BLE001 - NUTS refuses some cases (subsampling, spheres)
             print(f"{name}: NUTS failed: {type(e).__name__}: {str(e)[:120]}")
             continue
+        out = {k: v for k, v in out.items() if not k.startswith(f"{name}/")}  # this case anew
         grouped = mcmc.get_samples(group_by_chain=True)
-        rhat = max(float(np.nanmax(np.asarray(split_gelman_rubin(np.asarray(v, np.float64)))))
-                   for v in grouped.values() if np.size(v))
+        chains = [comparable(name, {k: v[c] for k, v in grouped.items()}) for c in range(4)]
+        rhat = max(float(np.nanmax(np.asarray(split_gelman_rubin(np.stack([c[k] for c in chains]).astype(float)))))
+                   for k in chains[0] if np.size(chains[0][k]))
         divergences = int(mcmc.get_extra_fields()["diverging"].sum())
-        for site, value in mcmc.get_samples().items():
+        for site, value in comparable(name, mcmc.get_samples()).items():
             value = np.asarray(value, np.float64)
             out[f"{name}/{site}/mean"] = value.mean(0)
             out[f"{name}/{site}/sd"] = value.std(0)
