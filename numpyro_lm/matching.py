@@ -38,7 +38,7 @@ from .model import ModelInfo, model_info
 from .nested import run_nested
 from .data_checks import observed_data_problem
 from .validation import check_count, check_init_params, check_model, check_rng_key, refuse_mcmc_options
-from .static_data import StaticArray, static_where_needed
+from .static_data import StaticArray, needs_concrete, static_where_needed
 from .programs import BATCH_COMPILE, FAST_COMPILE, merge_inputs, resolve_compiler_options, shape_key, split_inputs
 from .verdict import NotTrustedWarning
 
@@ -290,7 +290,15 @@ class LaplaceMatching:
         if on_failure not in ("raise", "warn"):
             raise ValueError(f'on_failure must be "raise" or "warn", not {on_failure!r}')
         batch = batch_of(args, kwargs, batch_axes, devices)
-        info = self._model_info(args, kwargs, batch.axes)
+        try:
+            info = self._model_info(args, kwargs, batch.axes)
+        except Exception as error:
+            if not needs_concrete(error):
+                raise
+            raise ValueError("run_many traces every data argument (one program for all data sets), and this model "
+                             "needs one as a concrete value (a plate size from the data, np.unique, int(n)): call "
+                             "run() per data set, or pass such values as Python numbers shared by the batch "
+                             "(batch_axes=).") from error
         args, kwargs = pad_inputs(args, kwargs, batch)
         if self.curvature == "lowrank":
             raise ValueError("curvature='lowrank' fits one data set at a time: call run() per data set, or pass "

@@ -105,3 +105,10 @@ def test_static_where_needed_returns_the_trace_unchanged_when_nothing_is_needed(
 
     args, kwargs, out = static_where_needed(trace, (np.ones(3),), {})
     assert out == "traced" and len(calls) == 1 and not isinstance(args[0], StaticArray)
+
+
+def test_run_many_refuses_a_model_that_needs_its_data_concretely():
+    group, y = data()
+    groups, ys = np.stack([group, group]), np.stack([y, y + 1.0])
+    with pytest.raises(ValueError, match="run_many traces every data argument.*call run\\(\\) per data set"):
+        LaplaceMatching(grouped, progress_bar=False).run_many(jax.random.PRNGKey(0), groups, y=ys)
