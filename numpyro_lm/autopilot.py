@@ -53,6 +53,7 @@ from .laplace import LaplaceState
 from .nested import run_nested
 from .nested.fit import hyper_sites
 from .programs import program
+from .structure import local_scales
 
 __all__ = ["Attempt", "CANDIDATES", "DEFAULT_CANDIDATES", "moment_fit", "run_auto"]
 
@@ -184,9 +185,26 @@ def run_auto(info, options: FitOptions, rng_key, args, kwargs, init_params=None,
             return result, trail
 
     if not results:
-        raise first_error
+        raise _no_fit_error(info, trail, first_error)
     _, result = min(results, key=lambda ar: _badness(*ar))
     return result, trail
+
+
+def _no_fit_error(info, trail, first_error: ValueError) -> ValueError:
+    """The error when no candidate could be fitted: the first one's, or where the model has
+    scales inside a plate (:func:`numpyro_lm.structure.local_scales`), that cause named."""
+    funnels = local_scales(info.layout, info.parents)
+    if not funnels:
+        return first_error
+    scale, plate, child = funnels[0]
+    tried = "; ".join(f"{a.candidate}: {a.reasons[0].split('. ')[0]}" for a in trail if a.reasons)
+    error = ValueError(
+        f"site {scale!r} is a scale inside plate {plate!r} that sets site {child!r}'s prior: each entry is a "
+        "funnel of its own with no joint mode (as a horseshoe's local scales), which no Laplace approximation "
+        f"serves. Use NUTS (numpyro.infer.MCMC(NUTS(model))), or a prior for {child!r} whose scale mixture has "
+        f"a closed form (Student-t or Laplace in place of Normal(0, scale)). Tried: {tried}.")
+    error.__cause__ = first_error
+    return error
 
 
 def _reweighting_reliable(result, dim: int) -> bool:

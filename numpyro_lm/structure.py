@@ -29,7 +29,7 @@ from numpyro.infer.inspect import get_dependencies
 
 from .programs import merge_inputs, split_inputs
 
-__all__ = ["prior_parents", "hyperparameters"]
+__all__ = ["prior_parents", "hyperparameters", "local_scales"]
 
 
 def prior_parents(model, args=(), kwargs=None) -> Optional[tuple]:
@@ -73,3 +73,24 @@ def hyperparameters(parents: Optional[tuple], latent, candidates) -> list:
         if site in latent or any(p not in pool for p in ps):
             chosen |= pool & set(ps)
     return [c for c in candidates if c in chosen]
+
+
+def local_scales(layout, parents: Optional[tuple]) -> list:
+    """``[(scale, plate, child), ...]``: constrained latent sites inside a plate that set the
+    prior of another latent site in the same plate (a horseshoe's ``lam_j`` for its
+    ``beta_j``). Each entry is then a funnel of its own: the joint density has no mode
+    (``lam_j -> 0`` with ``beta_j -> 0`` for every small coefficient) and nested Laplace over
+    the global sites leaves the funnels in its inner fits, so no Laplace approximation serves
+    such a model."""
+    if parents is None:
+        return []
+    of = dict(parents)
+    sites = {s.name: s for s in layout.sites}
+    found = []
+    for child, spec in sites.items():
+        for scale in of.get(child, ()):
+            parent = sites.get(scale)
+            shared = set(spec.plates) & set(parent.plates) if parent is not None else set()
+            if parent is not None and parent.basis != "identity" and shared:
+                found.append((scale, sorted(shared)[0], child))
+    return found
