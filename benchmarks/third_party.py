@@ -25,7 +25,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 from report import environment, run_table, write_results  # noqa: E402
 from third_party_models import NAMES, case  # noqa: E402
-from third_party_summaries import comparable  # noqa: E402
+from third_party_common import comparable  # noqa: E402
 
 from numpyro_lm import LaplaceMatching  # noqa: E402
 

@@ -170,8 +170,8 @@ def warm_up_jax():
 def main(names):
     lines = [
         environment() + ". "
-        f"W1/sd: worst coordinate against the reference (4000 NUTS draws); floor: the same between two halves "
-        f"of the reference. Times in seconds; x: NUTS time / LM time.",
+        "W1/sd: worst coordinate against the reference (4000 NUTS draws); floor: the same between two halves "
+        "of the reference. Times in seconds; x: NUTS time / LM time.",
         "",
         "| model | D | floor | NUTS W1/sd | LM W1/sd | LM pareto_k | trusted | trail | LM cold | LM warm | "
         "NUTS cold | NUTS warm | cold x | warm x |",

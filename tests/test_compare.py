@@ -1,6 +1,5 @@
 """compare: one table and the InferenceData of each method on the same model."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro

@@ -78,8 +78,8 @@ def test_log_likelihood_is_pointwise(fitted):
 
 def test_predictive_and_prior_draws_follow_the_model(fitted):
     lm, idata, (x, group, y) = fitted
-    n = lm.num_samples
     y_rep = idata.posterior_predictive["y"].values[0]
+    assert y_rep.shape[0] == lm.num_samples
     assert not np.allclose(y_rep[0], y)  # replicates, not a copy of the data
     # E[y_rep] = E[mu]: per observation the MC error of the mean is about sigma/sqrt(n) = 0.01
     np.testing.assert_allclose(y_rep.mean(0), idata.posterior["mu"].values[0].mean(0), atol=0.05)

@@ -1,6 +1,5 @@
 """The model's dependency structure (numpyro_lm/structure.py): which hyperparameters set other sites' priors."""
 
-import jax
 import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist

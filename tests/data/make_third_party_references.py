@@ -21,7 +21,7 @@ from numpyro.infer import MCMC, NUTS
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from third_party_models import NAMES, case  # noqa: E402
-from third_party_summaries import comparable  # noqa: E402
+from third_party_common import comparable  # noqa: E402
 
 PATH = os.path.join(os.path.dirname(__file__), "third_party_nuts.npz")
 SKIP = {"discrete", "circular", "no_latent"}
