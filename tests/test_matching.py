@@ -490,6 +490,15 @@ def test_a_search_out_of_iterations_says_so_first():
         lm.run(jax.random.PRNGKey(0), init_params={"x": 0.3})
 
 
+def test_a_joint_fit_run_into_a_funnel_says_so():
+    def neal_funnel():  # y ~ N(0, 3), x | y ~ N(0, exp(y / 2)): the density grows without bound as y -> -inf
+        y = numpyro.sample("y", dist.Normal(0.0, 3.0))
+        numpyro.sample("x", dist.Normal(jnp.zeros(9), jnp.exp(y / 2)))
+
+    with pytest.raises(NotPositiveDefiniteError, match="infinitely peaked.*funnel: no joint mode.*hyper="):
+        LaplaceMatching(neal_funnel, strategy="laplace", progress_bar=False).run(KEY)
+
+
 def test_non_finite_density_is_reported():
     def model():
         numpyro.sample("x", dist.Normal(0.0, 1.0))
