@@ -94,10 +94,13 @@ def main(names):
     results = run_table(lines, names, assess, row)
     runs = [r for r in results if r["kind"] == "continuous"]
     ran = [r for r in runs if not r["outcome"].startswith("refused")]
-    wrong = [r["name"] for r in results if r["outcome"] == "trusted" and (r.get("gap") or 0) > 0.3]
+    far = [r for r in results if r["outcome"] == "trusted" and (r.get("gap") or 0) > 0.3]
+    wrong = [r["name"] for r in far if r["divergences"] == 0]
+    doubtful = [f"{r['name']} ({r['divergences']} div.)" for r in far if r["divergences"] > 0]
     lines += ["", f"- Continuous models that run: {len(ran)} of {len(runs)}; trusted: "
-              f"{sum(r['outcome'] == 'trusted' for r in ran)}; trusted yet more than 0.3 SD from NUTS: "
-              f"{wrong or 'none'}; non-finite draws: {[r['name'] for r in ran if not r['finite']] or 'none'}."]
+              f"{sum(r['outcome'] == 'trusted' for r in ran)}; trusted yet more than 0.3 SD from a NUTS reference "
+              f"without divergences: {wrong or 'none'}, from one with divergences: {doubtful or 'none'}; "
+              f"non-finite draws: {[r['name'] for r in ran if not r['finite']] or 'none'}."]
     print(lines[-1])
     if list(names) == list(NAMES):
         write_results("third_party", "\n".join(lines), "models.md")
