@@ -18,7 +18,6 @@ Laplace Bridge", thesis (2021).
 
 from __future__ import annotations
 
-import numbers
 import warnings
 from typing import Callable, Optional
 
@@ -37,7 +36,8 @@ from .refine import check_refine_memory
 from .model import ModelInfo, model_info
 from .nested import run_nested
 from .data_checks import observed_data_problem
-from .validation import check_count, check_init_params, check_model, check_rng_key, refuse_mcmc_options
+from .validation import (check_count, check_init_params, check_model, check_rng_key, check_settings,
+                         refuse_mcmc_options)
 from .static_data import StaticArray, needs_concrete, static_where_needed
 from .programs import BATCH_COMPILE, FAST_COMPILE, merge_inputs, resolve_compiler_options, shape_key, split_inputs
 from .verdict import NotTrustedWarning
@@ -116,8 +116,8 @@ class LaplaceMatching:
         speed for dense fits of small models) below
         :data:`~numpyro_lm.programs.LARGE_MODEL` latent and observed numbers and XLA's
         defaults (``None``) above, and for the draws and the verdict's weights where they
-        evaluate :data:`~numpyro_lm.programs.HEAVY_PROGRAM` numbers or more; ``None`` also suits expensive log densities, nested fits
-        and many refits.
+        evaluate :data:`~numpyro_lm.programs.HEAVY_PROGRAM` numbers or more; ``None`` also
+        suits expensive log densities, nested fits and many refits.
     """
 
     def __init__(self, model: Callable, *, num_samples: int = 1000, bases: Optional[dict] = None,
@@ -129,14 +129,8 @@ class LaplaceMatching:
                  fallback: Optional[str] = None, curvature: str = "auto", plate: Optional[str] = None, **options):
         refuse_mcmc_options(options)
         check_model(model)
-        check_count(max_iter, "max_iter")
-        check_count(newton_max_dim, "newton_max_dim", minimum=0)
-        if tol is not None and not (isinstance(tol, numbers.Real) and tol > 0):
-            raise ValueError(f"tol must be None or a positive number, not {tol!r}")
-        if regularize is not None and not (isinstance(regularize, numbers.Real) and regularize >= 0):
-            raise ValueError(f"regularize must be None or a non-negative number, not {regularize!r}")
-        if not isinstance(progress_bar, (bool, np.bool_)):
-            raise TypeError(f"progress_bar must be True or False, not {progress_bar!r}")
+        check_settings(max_iter=max_iter, newton_max_dim=newton_max_dim, tol=tol, regularize=regularize,
+                       progress_bar=progress_bar)
         if curvature not in CURVATURES:
             raise ValueError(f"curvature must be one of {CURVATURES}, not {curvature!r}")
         if refine is not None and curvature not in ("auto", "dense"):

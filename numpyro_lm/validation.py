@@ -13,8 +13,8 @@ import numbers
 import jax
 import numpy as np
 
-__all__ = ["MCMC_ONLY_OPTIONS", "check_model", "check_rng_key", "check_count", "check_init_params",
-           "refuse_mcmc_options"]
+__all__ = ["MCMC_ONLY_OPTIONS", "check_model", "check_rng_key", "check_count", "check_settings",
+           "check_init_params", "refuse_mcmc_options"]
 
 MCMC_ONLY_OPTIONS = {
     "num_warmup": "there is no warmup: the mode search and its curvature replace it",
@@ -72,6 +72,18 @@ def check_count(value, name: str, minimum: int = 1, allow_none: bool = False):
         raise TypeError(f"{name} must be an integer, not {type(value).__name__} {value!r}")
     if value < minimum:
         raise ValueError(f"{name} must be at least {minimum}, not {value}")
+
+
+def check_settings(*, max_iter, newton_max_dim, tol, regularize, progress_bar):
+    """``LaplaceMatching``'s numeric settings and its progress bar flag."""
+    check_count(max_iter, "max_iter")
+    check_count(newton_max_dim, "newton_max_dim", minimum=0)
+    if tol is not None and not (isinstance(tol, numbers.Real) and tol > 0):
+        raise ValueError(f"tol must be None or a positive number, not {tol!r}")
+    if regularize is not None and not (isinstance(regularize, numbers.Real) and regularize >= 0):
+        raise ValueError(f"regularize must be None or a non-negative number, not {regularize!r}")
+    if not isinstance(progress_bar, (bool, np.bool_)):
+        raise TypeError(f"progress_bar must be True or False, not {progress_bar!r}")
 
 
 def check_init_params(init_params, layout):

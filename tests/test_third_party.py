@@ -25,22 +25,26 @@ WRONG = 0.3
 """|mean LM - mean NUTS| / sd NUTS beyond which an answer is wrong (and must not be trusted)."""
 
 TRUSTED = {
-    "eight_schools_centred", "eight_schools_noncentred", "eight_schools_locscale", "funnel", "int_arg", "ar1_scan",
+    "eight_schools_centred", "eight_schools_noncentred", "eight_schools_locscale", "funnel", "int_arg",
     "stochastic_volatility", "mixture_marginal", "von_mises_circular", "obs_mask", "zero_size",
     "poisson_regression", "dirichlet_categorical", "lkj_cholesky", "deterministic_sites", "param_site",
-    "class_model", "baseball_fully_pooled", "baseball_not_pooled", "baseball_partially_pooled", "baseball_logit",
-    "mixture_dirichlet", "negative_binomial", "student_t_regression", "censored_factor", "mvn_lkj", "pumps",
-    "capture_recapture", "beta_binomial", "softmax_regression", "scale_handler", "nested_plates",
-    "exponential_lognormal", "locscale_plate", "zero_sum_normal",
+    "baseball_fully_pooled", "baseball_not_pooled", "baseball_partially_pooled", "baseball_logit",
+    "mixture_dirichlet", "negative_binomial", "student_t_regression", "censored_factor", "pumps",
+    "capture_recapture", "nested_plates", "exponential_lognormal", "locscale_plate", "zero_sum_normal",
 }
-"""Cases the default call answers and trusts (measured; a regression here is a lost model)."""
+"""Cases the default call answers and trusts, with k-hat and the worst shift at least 15 % below
+their thresholds (measured; a regression here is a lost model). Cases nearer a threshold are in
+:data:`RUNS`: on the knife edge the verdict may go either way with the process's history."""
 UNTRUSTED = {"double_well", "banana", "projected_normal_reparam", "bnn", "horseshoe"}
 """Cases whose posterior no single Gaussian in any basis serves (two modes, a curved ridge, a
 direction's radius without a mode, a network's symmetric modes, a funnel per local scale):
 the verdict must say so."""
 RUNS = {"ucb_admissions", "unique_codes", "lotka_volterra", "gp_regression", "logistic_regression", "wishart",
         "holt_winters", "mortality", "hsgp", "zero_inflated_poisson", "ordinal_regression", "truncated_normal",
-        "change_point", "uniform_bounds", "where_breakpoint"}
+        "change_point", "uniform_bounds", "where_breakpoint",
+        # trusted where measured, within 15 % of a threshold (k-hat 0.65-0.66 of 0.70, or a shift of 0.07-0.085
+        # against a limit of 0.086-0.090)
+        "beta_binomial", "softmax_regression", "mvn_lkj", "scale_handler", "class_model", "ar1_scan"}
 """Cases that run, with the verdict left to the fit (where trusted, the answer is checked)."""
 REFUSED = {
     "von_mises": r"site 'mu': its support is circular.*CircularReparam",
