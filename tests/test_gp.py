@@ -1,0 +1,130 @@
+"""LM + GP (numpyro_lm/gp/): pseudo-observations, the heteroskedastic GP, the matched predictive."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+from numpyro_lm.families import get_family
+from numpyro_lm.gp import (LMGP, KernelParams, group_labels, latent_predictive, log_marginal_likelihood,
+                           matched_predictive, pseudo_observations)
+
+X64 = pytest.mark.usefixtures("x64")  # closed forms compared to 1e-8; the end-to-end tests run in float32
+
+
+@X64
+def test_a_binary_point_is_the_thesis_beta_pseudo_likelihood():
+    # one point per group: Beta(y + eps, 1 - y + eps); logit basis mu = log(a / b), var = (a + b) / (a b) (eq. 3.15)
+    pseudo = pseudo_observations(np.arange(4.0), np.array([1.0, 0.0, 1.0, 1.0]), "binary", eps=0.1)
+    a, b = np.array([1.1, 0.1, 1.1, 1.1]), np.array([0.1, 1.1, 0.1, 0.1])
+    np.testing.assert_allclose(pseudo.mean, np.log(a / b), rtol=1e-12)
+    np.testing.assert_allclose(pseudo.noise, (a + b) / (a * b), rtol=1e-12)
+    np.testing.assert_array_equal(pseudo.size, np.ones(4))
+
+
+@X64
+def test_grouping_adds_the_sufficient_statistics_to_one_prior():
+    x = np.array([0.0, 1.0, 0.0, 1.0, 0.0])
+    y = np.array([1.0, 0.0, 1.0, 1.0, 0.0])
+    pseudo = pseudo_observations(x, y, "binary", eps=0.5)
+    # groups in order of first appearance: x = 0 (three points, two successes), x = 1 (two points, one)
+    np.testing.assert_array_equal(pseudo.inputs[:, 0], [0.0, 1.0])
+    np.testing.assert_allclose(pseudo.params["concentration1"], [2.5, 1.5])
+    np.testing.assert_allclose(pseudo.params["concentration0"], [1.5, 1.5])
+    counts = pseudo_observations(x, np.array([3.0, 0.0, 1.0, 2.0, 5.0]), "counts", eps=0.5)
+    # Poisson counts: Gamma(eps + sum y, n); log basis mu = log(alpha / beta), var = 1 / alpha
+    np.testing.assert_allclose(counts.params["concentration"], [9.5, 2.5])
+    np.testing.assert_allclose(counts.params["rate"], [3.0, 2.0])
+    np.testing.assert_allclose(counts.mean, np.log([9.5 / 3.0, 2.5 / 2.0]), rtol=1e-12)
+    np.testing.assert_allclose(counts.noise, [1 / 9.5, 1 / 2.5], rtol=1e-12)
+
+
+def test_labels_group_points_and_inputs_are_averaged():
+    x = np.array([[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]])
+    pseudo = pseudo_observations(x, np.array([1.0, 1.0, 0.0]), "binary", labels=np.array([7, 7, 2]))
+    np.testing.assert_allclose(pseudo.inputs, [[4.0, 5.0], [1.0, 2.0]])  # labels sorted: 2, then 7
+    np.testing.assert_array_equal(group_labels(np.array([3.0, 1.0, 3.0, 2.0])), [0, 1, 0, 2])
+
+
+@pytest.mark.parametrize("kind, y, match", [
+    ("binary", [0.0, 2.0], "binary labels must be 0 or 1"),
+    ("counts", [1.0, -1.0], "counts must be non-negative integers"),
+    ("counts", [1.0, 0.5], "counts must be non-negative integers"),
+    ("binary", [0.0, np.nan], "not finite"),
+    ("ordinal", [0.0, 1.0], "kind must be one of"),
+])
+def test_bad_data_is_refused_by_name(kind, y, match):
+    with pytest.raises(ValueError, match=match):
+        pseudo_observations(np.arange(2.0), np.array(y), kind)
+
+
+def _dense_gp(params, x, mean, noise, test):
+    """Rasmussen & Williams eqs. 2.22-2.24 with a diagonal noise, in NumPy."""
+    amp, ell = np.exp(params.log_amplitude), np.exp(params.log_lengthscale)
+
+    def k(a, b):
+        d = (a[:, None, :] - b[None, :, :]) / ell
+        return amp**2 * np.exp(-0.5 * np.sum(d**2, -1))
+
+    ky = k(x, x) + np.diag(noise)
+    ks = k(test, x)
+    mu = params.mean + ks @ np.linalg.solve(ky, mean - params.mean)
+    var = amp**2 - np.einsum("ij,ji->i", ks, np.linalg.solve(ky, ks.T))
+    return mu, var, stats.multivariate_normal(np.full(len(mean), params.mean), ky).logpdf(mean)
+
+
+@X64
+def test_the_gp_is_the_closed_form_heteroskedastic_regression():
+    rng = np.random.default_rng(0)
+    pseudo = pseudo_observations(rng.uniform(-2, 2, (15, 2)), rng.poisson(3.0, 15).astype(float), "counts",
+                                 labels=np.arange(15))
+    params = KernelParams(jnp.asarray(0.3), jnp.asarray([0.2, -0.1]), jnp.asarray(1.0))
+    test = rng.uniform(-2, 2, (6, 2))
+    mu, var, lml = _dense_gp(params, pseudo.inputs, pseudo.mean, pseudo.noise, test)
+    got_mu, got_var = latent_predictive(params, pseudo, test)
+    np.testing.assert_allclose(got_mu, mu, rtol=1e-8)
+    # tinygp adds its default jitter, sqrt(eps) of the dtype (1.49e-8 here), to the conditional's diagonal
+    np.testing.assert_allclose(got_var, var, rtol=1e-8, atol=2e-8)
+    got = log_marginal_likelihood(params, jnp.asarray(pseudo.inputs), jnp.asarray(pseudo.mean),
+                                  jnp.asarray(pseudo.noise))
+    np.testing.assert_allclose(got, lml, rtol=1e-10)
+
+
+@X64
+@pytest.mark.parametrize("kind", ["binary", "counts"])
+def test_the_matched_predictive_round_trips_the_latent_gaussian(kind):
+    mean, var = jnp.array([-1.0, 0.0, 2.0]), jnp.array([0.5, 1.0, 0.1])
+    d = matched_predictive(kind, mean, var)
+    family = get_family(*{"binary": ("beta", "logit"), "counts": ("gamma", "log")}[kind])
+    params = ({"concentration1": d.concentration1, "concentration0": d.concentration0} if kind == "binary"
+              else {"concentration": d.concentration, "rate": d.rate})
+    back_mean, back_var = family.to_gaussian(params)
+    np.testing.assert_allclose(back_mean, mean, rtol=1e-10)
+    np.testing.assert_allclose(back_var, var, rtol=1e-10)
+
+
+def test_many_points_per_input_recover_the_true_probability():
+    # 25 inputs, 400 Bernoulli draws each: each group's Beta is sharp (sd of p about 0.02),
+    # so the prediction at the inputs must follow the true curve within a few of those SDs
+    rng = np.random.default_rng(1)
+    grid = np.linspace(-2, 2, 25)
+    p = 1 / (1 + np.exp(-2.0 * np.sin(1.5 * grid)))
+    x = np.repeat(grid, 400)
+    y = (rng.uniform(size=x.size) < np.repeat(p, 400)).astype(float)
+    lm = LMGP("binary").fit(x, y)
+    assert lm.pseudo.mean.shape == (25,)
+    assert lm.trace[-1] > lm.trace[0]  # the marginal likelihood went up
+    pred = lm.predict(grid)
+    assert np.max(np.abs(pred.expected - p)) < 0.08  # 4 SDs of the worst group's binomial error (0.025 at p=0.5)
+
+
+def test_a_failed_fit_leaves_the_object_as_it_was():
+    lm = LMGP("counts", num_steps=50).fit(np.arange(5.0), np.array([1.0, 2.0, 3.0, 2.0, 1.0]))
+    before = lm.predict(np.array([2.5])).expected
+    with pytest.raises(ValueError, match="counts must be non-negative integers"):
+        lm.fit(np.arange(3.0), np.array([1.0, -2.0, 0.0]))
+    np.testing.assert_array_equal(lm.predict(np.array([2.5])).expected, before)
+    with pytest.raises(ValueError, match="test_inputs have 2 dimensions"):
+        lm.predict(np.zeros((1, 2)))
+    with pytest.raises(RuntimeError, match="call fit"):
+        LMGP("binary").predict(np.zeros(1))
