@@ -47,14 +47,9 @@ def eight_schools_noncentered(J, sigma, y=None):
         numpyro.sample("obs", dist.Normal(theta, sigma), obs=y)
 
 
-# notebooks/source/bad_posterior_geometry.ipynb: LocScaleReparam(centered=0) as a decorator
-@numpyro.handlers.reparam(config={"theta": LocScaleReparam(centered=0)})
-def eight_schools_locscale(J, sigma, y=None):
-    mu = numpyro.sample("mu", dist.Normal(0, 5))
-    tau = numpyro.sample("tau", dist.HalfCauchy(5))
-    with numpyro.plate("J", J):
-        theta = numpyro.sample("theta", dist.Normal(mu, tau))
-        numpyro.sample("obs", dist.Normal(theta, sigma), obs=y)
+# notebooks/source/bad_posterior_geometry.ipynb: the centred model under LocScaleReparam(centered=0),
+# a handler object rather than a function
+eight_schools_locscale = numpyro.handlers.reparam(eight_schools, config={"theta": LocScaleReparam(centered=0)})
 
 
 # examples/funnel.py (centred Neal's funnel, no data)
