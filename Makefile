@@ -29,6 +29,7 @@ test: $(VENV)/.installed-dev
 	$(PY) -m pytest -q -n auto --dist loadfile tests
 
 bench: $(VENV)/.installed
+	$(PIP) install --quiet -e ".[plot,data]"
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/warm_start.py
 	$(PY) benchmarks/refine.py
@@ -36,6 +37,7 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/batch.py
 	$(PY) benchmarks/trust.py
 	$(PY) benchmarks/third_party.py
+	$(PY) benchmarks/lm_gp.py
 	$(PY) benchmarks/scale.py
 
 clean:
