@@ -19,3 +19,12 @@ def x64():
 def x32():
     """Run a test in float32 (the library must work there too)."""
     yield from _with_x64(False)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _fresh_jax_caches():
+    """Drop each module's compiled programs after it: a worker otherwise holds the executables
+    of every module it ran (two full runs of 460 tests segfaulted once each inside XLA's
+    compiler, late in a worker's life)."""
+    yield
+    jax.clear_caches()
