@@ -38,7 +38,7 @@ from .nested import run_nested
 from .data_checks import observed_data_problem
 from .validation import (check_count, check_init_params, check_model, check_rng_key, check_settings,
                          refuse_mcmc_options)
-from .static_data import StaticArray, needs_concrete, static_where_needed
+from .static_data import mark_static, needs_concrete, static_positions, static_where_needed
 from .programs import BATCH_COMPILE, FAST_COMPILE, merge_inputs, resolve_compiler_options, shape_key, split_inputs
 from .verdict import NotTrustedWarning
 
@@ -173,11 +173,9 @@ class LaplaceMatching:
         static = self._static.get(key)
         if static is None:
             args, kwargs, info = static_where_needed(lambda a, k: self._model_info(a, k), tuple(args), dict(kwargs))
-            self._static[key] = static = [isinstance(leaf, StaticArray) for leaf in jax.tree.leaves((args, kwargs))]
+            self._static[key] = static_positions(args, kwargs)
             return args, kwargs, info
-        leaves, treedef = jax.tree.flatten((tuple(args), dict(kwargs)))
-        args, kwargs = jax.tree.unflatten(treedef, [np.asarray(leaf).view(StaticArray) if s else leaf
-                                                    for leaf, s in zip(leaves, static)])
+        args, kwargs = mark_static(args, kwargs, static)
         return args, kwargs, self._model_info(args, kwargs)
 
     def _options(self, info: ModelInfo, curvature: str) -> FitOptions:

@@ -22,7 +22,8 @@ from typing import Callable
 import jax
 import numpy as np
 
-__all__ = ["StaticArray", "CONCRETE_ERRORS", "needs_concrete", "static_where_needed"]
+__all__ = ["StaticArray", "CONCRETE_ERRORS", "needs_concrete", "mark_static", "static_positions",
+           "static_where_needed"]
 
 CONCRETE_ERRORS = (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,
                    jax.errors.TracerIntegerConversionError, jax.errors.NonConcreteBooleanIndexError)
@@ -50,8 +51,18 @@ def _is_data(leaf) -> bool:
     return isinstance(leaf, (jax.Array, np.ndarray, np.generic)) and not isinstance(leaf, StaticArray)
 
 
-def _mark(leaves, which) -> list:
-    return [np.asarray(leaf).view(StaticArray) if i in which else leaf for i, leaf in enumerate(leaves)]
+def mark_static(args: tuple, kwargs: dict, which) -> tuple:
+    """``(args, kwargs)`` with the array leaves at positions ``which`` (in ``jax.tree`` order)
+    made :class:`StaticArray`."""
+    leaves, treedef = jax.tree.flatten((tuple(args), dict(kwargs)))
+    return jax.tree.unflatten(treedef, [np.asarray(leaf).view(StaticArray) if i in which else leaf
+                                        for i, leaf in enumerate(leaves)])
+
+
+def static_positions(args: tuple, kwargs: dict) -> frozenset:
+    """The ``jax.tree`` positions of the :class:`StaticArray` leaves (what :func:`mark_static` takes)."""
+    return frozenset(i for i, leaf in enumerate(jax.tree.leaves((tuple(args), dict(kwargs))))
+                     if isinstance(leaf, StaticArray))
 
 
 def static_where_needed(trace: Callable, args: tuple, kwargs: dict):
@@ -64,11 +75,10 @@ def static_where_needed(trace: Callable, args: tuple, kwargs: dict):
         if not needs_concrete(first):
             raise
         error = first
-    leaves, treedef = jax.tree.flatten((tuple(args), dict(kwargs)))
-    static = {i for i, leaf in enumerate(leaves) if _is_data(leaf)}
+    static = {i for i, leaf in enumerate(jax.tree.leaves((tuple(args), dict(kwargs)))) if _is_data(leaf)}
 
     def attempt(which):
-        new_args, new_kwargs = jax.tree.unflatten(treedef, _mark(leaves, which))
+        new_args, new_kwargs = mark_static(args, kwargs, which)
         return new_args, new_kwargs, trace(new_args, new_kwargs)
 
     try:

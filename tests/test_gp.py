@@ -6,7 +6,7 @@ import pytest
 from scipy import stats
 
 from numpyro_lm.families import get_family
-from numpyro_lm.gp import (LMGP, KernelParams, group_labels, latent_predictive, log_marginal_likelihood,
+from numpyro_lm.gp import (DATA_KINDS, LMGP, KernelParams, group_labels, latent_predictive, log_marginal_likelihood,
                            matched_predictive, pseudo_observations)
 
 X64 = pytest.mark.usefixtures("x64")  # closed forms compared to 1e-8; the end-to-end tests run in float32
@@ -95,7 +95,7 @@ def test_the_gp_is_the_closed_form_heteroskedastic_regression():
 def test_the_matched_predictive_round_trips_the_latent_gaussian(kind):
     mean, var = jnp.array([-1.0, 0.0, 2.0]), jnp.array([0.5, 1.0, 0.1])
     d = matched_predictive(kind, mean, var)
-    family = get_family(*{"binary": ("beta", "logit"), "counts": ("gamma", "log")}[kind])
+    family = get_family(*DATA_KINDS[kind])
     params = ({"concentration1": d.concentration1, "concentration0": d.concentration0} if kind == "binary"
               else {"concentration": d.concentration, "rate": d.rate})
     back_mean, back_var = family.to_gaussian(params)
