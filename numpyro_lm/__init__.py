@@ -12,7 +12,12 @@ classifier logits), ``numpyro_lm.compare`` (LM, NUTS and ESS side by side),
 ``numpyro_lm.families`` (the registries).
 """
 
-from .adapters import EllipticalSlice, warm_nuts
+# before anything starts JAX's backends: XLA_FLAGS are read once, when they start
+from .xla_runtime import avoid_lapack_deadlock
+
+avoid_lapack_deadlock()
+
+from .adapters import EllipticalSlice, warm_nuts  # noqa: E402
 from .bases import register_basis
 from .curvature import Gaussian
 from .errors import NotPositiveDefiniteError
