@@ -6,8 +6,10 @@ import pytest
 from scipy import stats
 
 from numpyro_lm.families import get_family
+from numpyro_lm.families.dirichlet import lift_zero_sum
 from numpyro_lm.gp import (DATA_KINDS, LMGP, KernelParams, group_labels, latent_predictive, log_marginal_likelihood,
                            matched_predictive, pseudo_observations)
+from numpyro_lm.gp.blocks import block_log_marginal_likelihood, block_predictive, diagonal_log_marginal_likelihood
 
 X64 = pytest.mark.usefixtures("x64")  # closed forms compared to 1e-8; the end-to-end tests run in float32
 
@@ -128,3 +130,115 @@ def test_a_failed_fit_leaves_the_object_as_it_was():
         lm.predict(np.zeros((1, 2)))
     with pytest.raises(RuntimeError, match="call fit"):
         LMGP("binary").predict(np.zeros(1))
+
+
+# ------------------------------------------------------------ categories and covariances
+
+
+@X64
+def test_categories_are_the_thesis_dirichlet_on_the_zero_sum_plane():
+    # two groups: category counts (2, 0, 1) and (0, 1, 0); Dirichlet(eps + counts), eq. 3.17a-b
+    x = np.array([0.0, 0.0, 0.0, 1.0])
+    pseudo = pseudo_observations(x, np.array([0, 0, 2, 1]), "categorical", eps=0.5)
+    alpha = np.array([[2.5, 0.5, 1.5], [0.5, 1.5, 0.5]])
+    np.testing.assert_allclose(pseudo.params["concentration"], alpha)
+    by_counts = pseudo_observations(x, np.eye(3)[[0, 0, 2, 1]], "categorical", eps=0.5)
+    np.testing.assert_allclose(by_counts.mean, pseudo.mean, rtol=1e-12)
+    mean_z, cov_z = lift_zero_sum(jnp.asarray(pseudo.mean), jnp.asarray(pseudo.noise))
+    np.testing.assert_allclose(mean_z, np.log(alpha) - np.log(alpha).mean(1, keepdims=True), rtol=1e-12)
+    project = np.eye(3) - 1 / 3
+    np.testing.assert_allclose(cov_z, project @ (np.eye(3) / alpha[:, None, :]) @ project, atol=1e-12)
+    assert pseudo.noise.shape == (2, 2, 2)  # K - 1 orthonormal coordinates
+
+
+@X64
+def test_covariance_groups_are_the_likelihood_as_an_inverse_wishart():
+    rng = np.random.default_rng(0)
+    r = rng.normal(size=(20, 3))
+    pseudo = pseudo_observations(np.repeat([0.0, 1.0], 10), r, "covariance", eps=0.5)
+    pooled = r.T @ r / 20
+    for g in range(2):
+        block = r[10 * g:10 * (g + 1)]
+        np.testing.assert_allclose(pseudo.params["scale_matrix"][g], block.T @ block + 0.5 * pooled, rtol=1e-12)
+    np.testing.assert_allclose(pseudo.params["concentration"], 10 - 2 + 0.5)  # n - (p + 1) / 2 + eps
+    assert pseudo.mean.shape == (2, 6) and pseudo.noise.shape == (2, 6, 6)  # vech of the 3 x 3 root
+
+
+def test_a_covariance_group_too_small_for_a_proper_inverse_wishart_is_refused():
+    # p = 3 needs more than (3p - 1)/2 - eps = 3.99 vectors per group
+    with pytest.raises(ValueError, match="group 1 holds 3 vectors of dimension 3"):
+        pseudo_observations(np.array([0.0] * 5 + [1.0] * 3), np.ones((8, 3)), "covariance", eps=0.01)
+
+
+def _kernel(params, a, b):
+    ell = np.exp(np.asarray(params.log_lengthscale))
+    d = (a[:, None, :] - b[None, :, :]) / ell
+    return np.exp(-0.5 * np.sum(d**2, -1))
+
+
+@X64
+def test_the_block_gp_is_the_closed_form_kronecker_regression():
+    rng = np.random.default_rng(2)
+    x = rng.uniform(-2, 2, (40, 1))
+    pseudo = pseudo_observations(x, rng.integers(0, 3, 40), "categorical", labels=np.arange(40) // 4)
+    m, d = pseudo.mean.shape
+    params = KernelParams(jnp.asarray([0.3, -0.2]), jnp.asarray([0.1]), jnp.asarray([0.5, -0.5]))
+    corr = np.array([[1.0, 0.3], [0.3, 1.0]])
+    scaled = np.exp(np.asarray(params.log_amplitude))[:, None] * corr * np.exp(np.asarray(params.log_amplitude))
+    a = np.kron(_kernel(params, pseudo.inputs, pseudo.inputs), scaled)
+    for g in range(m):
+        a[g * d:(g + 1) * d, g * d:(g + 1) * d] += pseudo.noise[g]
+    r = (pseudo.mean - np.asarray(params.mean)).ravel()
+    test = np.array([[-1.0], [0.3], [2.5]])
+    cross = np.kron(_kernel(params, test, pseudo.inputs), scaled)  # (3 d, m d)
+    loc = np.asarray(params.mean) + (cross @ np.linalg.solve(a, r)).reshape(3, d)
+    full = np.kron(np.eye(3), scaled) - cross @ np.linalg.solve(a, cross.T)
+    got_loc, got_cov = block_predictive(params, pseudo, test, output_kernel=corr)
+    np.testing.assert_allclose(got_loc, loc, rtol=1e-8)
+    np.testing.assert_allclose(got_cov, [full[i * d:(i + 1) * d, i * d:(i + 1) * d] for i in range(3)], atol=1e-10)
+    data = [jnp.asarray(v) for v in (pseudo.inputs, pseudo.mean, pseudo.noise)]
+    exact = block_log_marginal_likelihood(params, *data, jnp.asarray(corr))
+    np.testing.assert_allclose(exact, stats.multivariate_normal(np.zeros(m * d), a).logpdf(r), rtol=1e-10)
+    # the diagonal search's objective: independent outputs with the blocks' diagonal noise
+    diagonal = sum(stats.multivariate_normal(np.zeros(m), scaled[k, k] * _kernel(params, pseudo.inputs, pseudo.inputs)
+                                             + np.diag(pseudo.noise[:, k, k])).logpdf(pseudo.mean[:, k] - params.mean[k])
+                   for k in range(d))
+    np.testing.assert_allclose(diagonal_log_marginal_likelihood(params, *data, jnp.asarray(corr)), diagonal, rtol=1e-8)
+
+
+def test_many_draws_per_input_recover_the_true_class_probabilities():
+    # 12 inputs, 300 draws of 3 categories each: each group's Dirichlet is sharp (sd of a
+    # probability about 0.03), so the predicted class probabilities follow the truth
+    rng = np.random.default_rng(3)
+    grid = np.linspace(-2, 2, 12)
+    logits = np.stack([np.sin(grid), np.cos(grid), 0 * grid], 1)
+    p = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+    y = np.concatenate([rng.choice(3, 300, p=row) for row in p])
+    lm = LMGP("categorical").fit(np.repeat(grid, 300), y)
+    pred = lm.predict(grid)
+    assert pred.distribution.concentration.shape == (12, 3)
+    assert np.max(np.abs(pred.expected - p)) < 0.1  # about 3.5 SDs of the worst group's multinomial error
+
+
+def test_many_vectors_per_group_recover_the_true_covariance():
+    # 15 inputs, 200 vectors each of a 2 x 2 covariance whose correlation drifts: the predicted
+    # inverse Wishart's mean follows it (the entries' sampling sd with 200 vectors is about 0.1 x scale)
+    rng = np.random.default_rng(4)
+    grid = np.linspace(0, 3, 15)
+    rho = 0.7 * np.sin(grid)
+    cov = np.stack([np.array([[1.0, r], [r, 1.0]]) for r in rho])
+    r = np.concatenate([rng.multivariate_normal(np.zeros(2), c, 200) for c in cov])
+    lm = LMGP("covariance").fit(np.repeat(grid, 200), r)
+    pred = lm.predict(grid)
+    assert pred.expected.shape == (15, 2, 2)
+    assert np.max(np.abs(pred.expected - cov)) < 0.2  # 2 sampling SDs of one group; the GP pools groups
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(kind="binary", output_kernel=np.eye(1)), "output_kernel is for the kinds"),
+    (dict(kind="categorical", output_kernel=np.ones((2, 2))), "symmetric positive definite"),
+    (dict(kind="categorical", search="grid"), "search must be one of"),
+])
+def test_bad_block_options_are_refused_by_name(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        LMGP(**kwargs).fit(np.arange(6.0), np.array([0, 1, 2, 0, 1, 2]))

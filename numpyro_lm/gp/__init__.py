@@ -1,13 +1,16 @@
 """LM + GP: Gaussian-process regression on non-Gaussian data through Laplace Matching (thesis
-chapter 3, Algorithm 2): :mod:`~numpyro_lm.gp.pseudo` turns data into heteroskedastic Gaussian
-pseudo-observations, :mod:`~numpyro_lm.gp.regression` fits an ordinary GP to them and maps
-its predictions back to the matched family, :class:`LMGP` holds one fit."""
+chapter 3, Algorithm 2): :mod:`~numpyro_lm.gp.pseudo` turns binary labels, counts, categories
+or zero-mean vectors into heteroskedastic Gaussian pseudo-observations,
+:mod:`~numpyro_lm.gp.regression` (scalar) and :mod:`~numpyro_lm.gp.blocks` (a vector with a
+noise block per group) fit an ordinary GP to them and map its predictions back to the matched
+family, :class:`LMGP` holds one fit."""
 
 from .model import LMGP, Prediction
-from .pseudo import DATA_KINDS, EPS, PseudoObservations, group_labels, pseudo_observations
+from .blocks import block_predictive, fit_block_hyperparameters
+from .pseudo import BLOCK_KINDS, DATA_KINDS, EPS, PseudoObservations, group_labels, pseudo_observations
 from .regression import (KernelParams, default_params, fit_hyperparameters, latent_predictive,
                          log_marginal_likelihood, matched_predictive, rbf_kernel)
 
-__all__ = ["LMGP", "Prediction", "DATA_KINDS", "EPS", "PseudoObservations", "group_labels", "pseudo_observations",
+__all__ = ["LMGP", "Prediction", "BLOCK_KINDS", "DATA_KINDS", "EPS", "block_predictive", "fit_block_hyperparameters", "PseudoObservations", "group_labels", "pseudo_observations",
            "KernelParams", "default_params", "fit_hyperparameters", "latent_predictive", "log_marginal_likelihood",
            "matched_predictive", "rbf_kernel"]

@@ -14,16 +14,19 @@ from typing import Callable, NamedTuple, Optional
 import numpy as np
 
 from ..validation import check_count
-from .pseudo import DATA_KINDS, pseudo_observations
+from .blocks import block_predictive, fit_block_hyperparameters
+from .pseudo import BLOCK_KINDS, DATA_KINDS, pseudo_observations
 from .regression import fit_hyperparameters, latent_predictive, matched_predictive, rbf_kernel
 
 __all__ = ["LMGP", "Prediction"]
 
 
 class Prediction(NamedTuple):
-    """At each test input: the latent Gaussian (``mean``, ``variance``, in the family's basis),
-    the matched family (``distribution``: Beta over the probability, Gamma over the rate) and
-    its mean (``expected``: the class-1 probability, or the expected count)."""
+    """At each test input: the latent Gaussian (``mean``, ``variance``, in the family's basis;
+    for categories and covariances a vector and a covariance block), the matched family
+    (``distribution``: Beta over the probability, Gamma over the rate, Dirichlet over the class
+    probabilities, inverse Wishart over the covariance matrix) and its mean (``expected``: the
+    class-1 probability, the expected count, the class probabilities, the covariance matrix)."""
 
     mean: np.ndarray
     variance: np.ndarray
@@ -32,29 +35,45 @@ class Prediction(NamedTuple):
 
 
 class LMGP:
-    """LM + GP for binary labels (``kind="binary"``) or counts (``kind="counts"``).
+    """LM + GP for binary labels, counts, categories or covariances (``kind``).
 
     :param kind: the data kind (:data:`~numpyro_lm.gp.pseudo.DATA_KINDS`).
     :param eps: the conjugate prior's weight (default :data:`~numpyro_lm.gp.pseudo.EPS`).
     :param kernel: ``KernelParams -> tinygp kernel`` (default the ARD squared exponential).
     :param num_steps, learning_rate: the Adam search of the hyperparameters.
+    :param num_classes: for ``"categorical"`` with category indices: ``K`` (default: the largest
+        index + 1).
+    :param output_kernel: for ``"categorical"`` and ``"covariance"``: the ``D x D`` output kernel
+        ``B`` of the product kernel over the pseudo-observations' coordinates (default the
+        identity; :mod:`~numpyro_lm.gp.blocks`).
+    :param search: for those kinds: the marginal likelihood the hyperparameters maximise,
+        ``"diagonal"`` (the blocks' diagonals, fast) or ``"exact"`` (:mod:`~numpyro_lm.gp.blocks`).
     """
 
     def __init__(self, kind: str, *, eps: Optional[float] = None, kernel: Callable = rbf_kernel,
-                 num_steps: int = 300, learning_rate: float = 0.05):
+                 num_steps: int = 300, learning_rate: float = 0.05, num_classes: Optional[int] = None,
+                 output_kernel=None, search: str = "diagonal"):
         if kind not in DATA_KINDS:
             raise ValueError(f"kind must be one of {sorted(DATA_KINDS)}, not {kind!r}")
         check_count(num_steps, "num_steps", minimum=0)
+        if output_kernel is not None and kind not in BLOCK_KINDS:
+            raise ValueError(f"output_kernel is for the kinds with vector pseudo-observations {BLOCK_KINDS}, "
+                             f"not {kind!r}")
         self.kind, self.eps, self.kernel = kind, eps, kernel
         self.num_steps, self.learning_rate = num_steps, float(learning_rate)
+        self.num_classes, self.output_kernel, self.search = num_classes, output_kernel, search
         self.pseudo = self.params = self.trace = None
 
     def fit(self, inputs, y, labels=None) -> "LMGP":
         """Pseudo-observations of ``(inputs, y)`` grouped by ``labels`` (default: shared inputs),
         and the hyperparameters that maximise their marginal likelihood."""
-        pseudo = pseudo_observations(inputs, y, self.kind, labels, self.eps)
-        params, trace = fit_hyperparameters(pseudo, kernel=self.kernel, num_steps=self.num_steps,
-                                            learning_rate=self.learning_rate)
+        pseudo = pseudo_observations(inputs, y, self.kind, labels, self.eps, self.num_classes)
+        search = dict(kernel=self.kernel, num_steps=self.num_steps, learning_rate=self.learning_rate)
+        if self.kind in BLOCK_KINDS:
+            params, trace = fit_block_hyperparameters(pseudo, output_kernel=self.output_kernel, search=self.search,
+                                                      **search)
+        else:
+            params, trace = fit_hyperparameters(pseudo, **search)
         if not np.all(np.isfinite(np.asarray(trace[-1:]))):
             raise FloatingPointError("the marginal likelihood of the hyperparameters is not finite after the "
                                      "search: lower learning_rate, or rescale the inputs")
@@ -70,6 +89,10 @@ class LMGP:
         if test.shape[1] != self.pseudo.inputs.shape[1]:
             raise ValueError(f"test_inputs have {test.shape[1]} dimensions, the training inputs "
                              f"{self.pseudo.inputs.shape[1]}")
-        mean, variance = latent_predictive(self.params, self.pseudo, test, self.kernel)
+        if self.kind in BLOCK_KINDS:
+            mean, variance = block_predictive(self.params, self.pseudo, test, output_kernel=self.output_kernel,
+                                              kernel=self.kernel)
+        else:
+            mean, variance = latent_predictive(self.params, self.pseudo, test, self.kernel)
         distribution = matched_predictive(self.kind, mean, variance)
         return Prediction(np.asarray(mean), np.asarray(variance), distribution, np.asarray(distribution.mean))
