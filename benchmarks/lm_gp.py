@@ -1,11 +1,21 @@
 """LM + GP against the full latent GP on the same kernel: accuracy, calibration and time.
 
-Two data kinds so far (the thesis' chapter 3; categories and covariance matrices are not built yet):
+The four data kinds of the thesis' chapter 3:
 
 - ``binary``: scikit-learn's breast-cancer data (569 points, 30 standardised features), a
   fixed 400 / 169 split; LM + GP on every training point, and on 50 k-means groups;
 - ``counts``: Poisson counts of a generated rate ``exp(1 + sin(2 x) + x / 3)`` at 1000 inputs on
-  [-3, 3] (the thesis' toy's spirit), and the true rate at 200 test inputs.
+  [-3, 3] (the thesis' toy's spirit), and the true rate at 200 test inputs;
+- ``categories``: scikit-learn's iris and wine (standardised, 70 % training) and digits (pixels
+  / 16, 300 training images, one shared lengthscale), every training point its own group;
+  against the joint Laplace fit of the latent GP with LM + GP's prior over the zero-sum logits;
+- ``covariances``: 235 months of 21 zero-mean 4-vectors whose covariance drifts (volatilities
+  on sines, rotating eigenvectors; the thesis' currency example's shape), one group per month;
+  RMSE of the predicted inverse Wishart's mean against the true covariances and the share of
+  true entries within 2 SD (the thesis' in2std), against each month's own matched inverse
+  Wishart (no GP).
+
+Last, the sensitivity of binary and categorical scores to the prior weight ``eps``.
 
 For each: LM + GP (``numpyro_lm.gp.LMGP``: pseudo-observations, kernel hyperparameters by
 marginal likelihood, predictions) timed cold (compilation included) and warm (a refit); then
@@ -35,7 +45,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from report import environment  # noqa: E402
 
 from numpyro_lm import LaplaceMatching  # noqa: E402
-from numpyro_lm.gp import LMGP, latent_predictive, pseudo_observations, rbf_kernel  # noqa: E402
+from numpyro.distributions.transforms import ZeroSumTransform  # noqa: E402
+
+from numpyro_lm.gp import (BLOCK_KINDS, LMGP, block_predictive, latent_predictive, pseudo_observations,  # noqa: E402
+                           rbf_kernel)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -67,6 +80,39 @@ def poisson_toy(n=1000, seed=0):
     return x[:, None], rng.poisson(rate(x)).astype(float), test[:, None], rate(test)
 
 
+def classification(name, seed=0):
+    """scikit-learn's iris / wine (standardised, 70 % training) or digits (pixels / 16, 300 training)."""
+    from sklearn import datasets
+
+    data = getattr(datasets, f"load_{name}")()
+    x = data.data / 16.0 if name == "digits" else (data.data - data.data.mean(0)) / data.data.std(0)
+    order = np.random.default_rng(seed).permutation(len(x))
+    split = 300 if name == "digits" else int(0.7 * len(x))
+    train, test = order[:split], order[split:]
+    return x[train], data.target[train], x[test], data.target[test]
+
+
+def covariance_path(months=235, per_month=21, p=4, seed=0):
+    """Zero-mean returns of a covariance that drifts over ``months`` (volatilities on sines, the
+    eigenvectors rotating): ``(inputs in years, returns, month labels, test inputs, true covariances)``."""
+    rng = np.random.default_rng(seed)
+    s = np.arange(months) / months
+    vol = 0.5 + 0.3 * np.sin(2 * np.pi * (s[:, None] + np.arange(p) / p))
+    mix = np.linalg.qr(np.eye(p) + 0.5 * np.ones((p, p)))[0]
+    truth = np.empty((months, p, p))
+    for t, angle in enumerate(np.pi * s):
+        c, sn = np.cos(angle), np.sin(angle)
+        q = np.eye(p)
+        q[:2, :2], q[2:, 2:] = [[c, -sn], [sn, c]], [[c, sn], [-sn, c]]
+        q = q @ mix
+        truth[t] = q @ np.diag(vol[t] ** 2) @ q.T
+    chol = np.linalg.cholesky(truth)
+    returns = np.einsum("tij,tnj->tni", chol, rng.standard_normal((months, per_month, p))).reshape(-1, p)
+    months_in_years = np.arange(months) / 12.0
+    return (np.repeat(months_in_years, per_month)[:, None], returns, np.repeat(np.arange(months), per_month),
+            months_in_years[:, None], truth)
+
+
 def kmeans_labels(x, k, seed=0):
     from sklearn.cluster import KMeans
 
@@ -76,12 +122,23 @@ def kmeans_labels(x, k, seed=0):
 # -------------------------------------------------------------- the full GP
 
 
-def latent_gp(chol, mean, link, y=None):
-    """The whitened latent GP: ``f = mean + L z``, ``y ~ Bernoulli(logits=f)`` or ``Poisson(exp f)``."""
-    with numpyro.plate("inputs", chol.shape[0]):
+def latent_gp(chol, mean, link, y=None, scale=None):
+    """The whitened latent GP: ``f = mean + L z``, ``y ~ Bernoulli(logits=f)`` or ``Poisson(exp f)``;
+    for ``link="softmax"`` LM + GP's prior over the zero-sum logits: ``K - 1`` independent GPs
+    ``g = mean + scale * (L z)`` (``z`` is ``(n, K - 1)``) in ``ZeroSumTransform``'s orthonormal
+    coordinates, ``f`` their lift to ``K`` zero-sum logits and ``y ~ Categorical(logits=f)``."""
+    n = chol.shape[0]
+    if link == "softmax":
+        with numpyro.plate("coordinates", mean.shape[-1], dim=-1), numpyro.plate("inputs", n, dim=-2):
+            z = numpyro.sample("z", dist.Normal(0.0, 1.0))
+        g = numpyro.deterministic("f", mean + scale * (chol @ z))
+        with numpyro.plate("inputs", n):
+            numpyro.sample("y", dist.Categorical(logits=ZeroSumTransform()(g)), obs=y)
+        return
+    with numpyro.plate("inputs", n):
         z = numpyro.sample("z", dist.Normal(0.0, 1.0))
     f = numpyro.deterministic("f", mean + chol @ z)
-    with numpyro.plate("inputs", chol.shape[0]):
+    with numpyro.plate("inputs", n):
         if link == "logit":
             numpyro.sample("y", dist.Bernoulli(logits=f), obs=y)
         else:
@@ -98,21 +155,32 @@ def kernel_matrices(params, x, test):
 
 
 def full_gp(params, x, y, test, link):
-    """``(cold, warm, test draws of f (S, n_test), verdict)`` of the joint Laplace fit of the latent GP."""
+    """``(cold, warm, test draws of f (S, n_test[, K]), verdict)`` of the joint Laplace fit of the latent GP."""
+    scale = None
+    if link == "softmax":  # LM + GP's prior: unit input kernel, one amplitude and mean per coordinate
+        scale = np.exp(np.asarray(params.log_amplitude, np.float32))
+        params = params._replace(log_amplitude=jnp.zeros(()))
+        mean = np.asarray(params.mean, np.float32)
+    else:
+        mean = float(params.mean)
     k, ks, kss = kernel_matrices(params, x, test)
     chol = np.linalg.cholesky(k).astype(np.float32)
-    mean = float(params.mean)
     lm = LaplaceMatching(latent_gp, progress_bar=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        cold, _ = timed(lambda: lm.run(jax.random.PRNGKey(0), chol, mean, link, y=y).get_samples()["f"])
-        warm, f = timed(lambda: lm.run(jax.random.PRNGKey(1), chol, mean, link, y=y).get_samples()["f"])
+        cold, _ = timed(lambda: lm.run(jax.random.PRNGKey(0), chol, mean, link, y=y, scale=scale).get_samples()["f"])
+        warm, f = timed(lambda: lm.run(jax.random.PRNGKey(1), chol, mean, link, y=y, scale=scale).get_samples()["f"])
     f = np.asarray(f, np.float64)
     # the GP conditional of the test values given f: mean m + A (f - m), variance kss - diag(A K*')
     a = np.linalg.solve(k, ks.T).T
     cond_sd = np.sqrt(np.maximum(kss - np.einsum("ij,ij->i", a, ks), 0.0))
     rng = np.random.default_rng(2)
-    f_test = mean + (f - mean) @ a.T + cond_sd * rng.standard_normal((len(f), len(test)))
+    if link == "softmax":  # the GP conditional per coordinate, then the lift to K zero-sum logits
+        noise = cond_sd[:, None] * scale * rng.standard_normal((len(f), len(test), mean.shape[-1]))
+        g_test = mean + np.einsum("tn,snk->stk", a, f - mean) + noise
+        f_test = np.asarray(ZeroSumTransform()(jnp.asarray(g_test)))
+    else:
+        f_test = mean + (f - mean) @ a.T + cond_sd * rng.standard_normal((len(f), len(test)))
     return cold, warm, f_test, lm.diagnostics()["trusted"]
 
 
@@ -129,22 +197,48 @@ def binary_scores(p, y):
     return {"accuracy": float(np.mean(predicted == y)), "nll": float(nll), "ece": float(ece)}
 
 
+def categorical_scores(p, y):
+    """Accuracy, NLL and ECE (10 bins of the top class's probability) of ``(n, K)`` class probabilities."""
+    p = np.clip(p, 1e-9, 1.0)
+    confidence, predicted = p.max(1), p.argmax(1)
+    correct = (predicted == y).astype(float)
+    bins = np.minimum(confidence * 10, 9).astype(int)
+    ece = sum(np.sum(bins == b) / len(y) * abs(np.mean(correct[bins == b]) - np.mean(confidence[bins == b]))
+              for b in range(10) if np.any(bins == b))
+    return {"accuracy": float(np.mean(correct)), "nll": float(-np.mean(np.log(p[np.arange(len(y)), y]))),
+            "ece": float(ece)}
+
+
 def count_scores(rate_mean, low, high, truth):
     return {"rmse": float(np.sqrt(np.mean((rate_mean - truth) ** 2))),
             "coverage95": float(np.mean((truth >= low) & (truth <= high)))}
 
 
+def covariance_scores(draws, truth):
+    """RMSE of the draws' mean against the true covariances and the share of true entries within
+    2 SD of it (the thesis' in2std, Table 3.5), from ``(S, T, p, p)`` draws."""
+    mean, sd = draws.mean(0), draws.std(0)
+    return {"rmse": float(np.sqrt(np.mean((mean - truth) ** 2))),
+            "in2std": float(np.mean(np.abs(mean - truth) <= 2 * sd))}
+
+
 # -------------------------------------------------------------------- runs
 
 
-def lm_gp_row(kind, label, x, y, xt, labels, score):
+def lm_gp_row(kind, label, x, y, xt, labels, score, **options):
     """LM + GP timed cold and warm (pseudo-observations, hyperparameter search, prediction) and
     the solve alone at the found kernel (pseudo-observations and the GP's prediction), warm."""
-    model = LMGP(kind)
+    model = LMGP(kind, **options)
     cold, _ = timed(lambda: model.fit(x, y, labels=labels).predict(xt).expected)
     warm, pred = timed(lambda: model.fit(x, y, labels=labels).predict(xt))
-    solve, _ = timed(lambda: latent_predictive(model.params, pseudo_observations(x, y, kind, labels), xt)[0])
-    return (label, cold, warm, solve, score(pred)), model
+
+    def solve():
+        pseudo = pseudo_observations(x, y, kind, labels, model.eps, model.num_classes)
+        if kind in BLOCK_KINDS:
+            return block_predictive(model.params, pseudo, xt)[0]
+        return latent_predictive(model.params, pseudo, xt)[0]
+
+    return (label, cold, warm, timed(solve)[0], score(pred)), model
 
 
 def run_binary():
@@ -176,13 +270,60 @@ def run_counts():
                              count_scores(rate.mean(0), low, high, truth))]
 
 
-def table(title, rows, keys):
+def run_categorical(name):
+    x, y, xt, yt = classification(name)
+    k = int(y.max()) + 1
+    score = lambda pred: categorical_scores(np.asarray(pred.expected), yt)  # noqa: E731
+    # digits: one lengthscale for the 64 pixels (per-pixel lengthscales overfit 300 images)
+    every, model = lm_gp_row("categorical", f"LM+GP, every point ({name})", x, y, xt, np.arange(len(y)), score,
+                             num_classes=k, ard=name != "digits")
+    cold, warm, f_test, trusted = full_gp(model.params, x, y, xt, "softmax")
+    p = np.mean(np.asarray(jax.nn.softmax(f_test, -1)), axis=0)
+    return [every, (f"joint Laplace latent GP ({name}; LaplaceMatching, trusted={trusted})", cold, warm, warm,
+                    categorical_scores(p, yt))]
+
+
+def run_covariance():
+    x, r, months, xt, truth = covariance_path()
+
+    def score(pred):
+        draws = np.asarray(pred.distribution.sample(jax.random.PRNGKey(0), (2000,)))
+        return covariance_scores(draws, truth)
+
+    row, _ = lm_gp_row("covariance", "LM+GP, one group per month", x, r, xt, months, score)
+    # the baseline without a GP: each month's own matched inverse Wishart
+    alone = pseudo_observations(x, r, "covariance", months)
+    own = dist.InverseWishart(jnp.asarray(alone.params["concentration"]), jnp.asarray(alone.params["scale_matrix"]))
+    draws = np.asarray(own.sample(jax.random.PRNGKey(0), (2000,)))
+    return [row, ("each month's inverse Wishart alone (no GP)", 0.0, 0.0, 0.0, covariance_scores(draws, truth))]
+
+
+def eps_sensitivity():
+    """LM + GP's scores at four prior weights: breast cancer (binary, every point), iris."""
+    lines = ["**sensitivity to eps** (LM + GP alone; the default in bold)", "",
+             "| eps | binary accuracy | binary NLL | binary ECE | iris accuracy | iris NLL | iris ECE |",
+             "|---|---|---|---|---|---|---|"]
+    x, y, xt, yt = breast_cancer()
+    xi, yi, xti, yti = classification("iris")
+    for eps in (0.001, 0.01, 0.1, 1.0):
+        b = binary_scores(np.asarray(LMGP("binary", eps=eps).fit(x, y, np.arange(len(y))).predict(xt).expected), yt)
+        c = categorical_scores(np.asarray(LMGP("categorical", eps=eps).fit(xi, yi, np.arange(len(yi)))
+                                          .predict(xti).expected), yti)
+        label = f"**{eps:g}**" if eps == 0.01 else f"{eps:g}"
+        lines.append(f"| {label} | " + " | ".join(f"{v:.3f}" for v in (b["accuracy"], b["nll"], b["ece"],
+                                                                       c["accuracy"], c["nll"], c["ece"])) + " |")
+    return lines
+
+
+def table(title, rows, keys, against_last=True):
     lines = [f"**{title}**", "", "| method | cold s | warm s | solve s | " + " | ".join(keys) + " |",
              "|---|---|---|---|" + "---|" * len(keys)]
     for name, cold, warm, solve, scores in rows:
         lines.append(f"| {name} | {cold:.2f} | {warm:.3f} | {solve:.4f} | "
                      + " | ".join(f"{scores[k]:.3f}" for k in keys) + " |")
     full = rows[-1]
+    if not against_last:
+        return lines
     lines += ["", "- The joint Laplace GP's time against LM + GP's: "
               + "; ".join(f"{r[0]}: {full[2] / r[2]:.1f}x warm, {full[2] / r[3]:.0f}x its solve" for r in rows[:-1])
               + "."]
@@ -197,7 +338,13 @@ def main():
              "counts) and no search of its own; its solve column repeats its warm time. Binary: breast cancer, 400 "
              "training / 169 test points; counts: 1000 Poisson counts, the true rate at 200 test inputs.", ""]
     lines += table("binary (Beta, logit basis)", run_binary(), ["accuracy", "nll", "ece"]) + [""]
-    lines += table("counts (Gamma, log basis)", run_counts(), ["rmse", "coverage95"])
+    lines += table("counts (Gamma, log basis)", run_counts(), ["rmse", "coverage95"]) + [""]
+    for name in ("iris", "wine", "digits"):
+        lines += table(f"categories: {name} (Dirichlet, softmax basis)", run_categorical(name),
+                       ["accuracy", "nll", "ece"]) + [""]
+    lines += table("covariances (inverse Wishart, sqrtm basis)", run_covariance(), ["rmse", "in2std"],
+                   against_last=False) + [""]
+    lines += eps_sensitivity()
     text = "\n".join(lines)
     print(text)
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)

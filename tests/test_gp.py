@@ -9,6 +9,8 @@ from numpyro_lm.families import get_family
 from numpyro_lm.families.dirichlet import lift_zero_sum
 from numpyro_lm.gp import (DATA_KINDS, LMGP, KernelParams, group_labels, latent_predictive, log_marginal_likelihood,
                            matched_predictive, pseudo_observations)
+from numpyro_lm.gp.component import lm_gp_model, predict_with_draws, pseudo_likelihood
+from numpyro_lm.gp.pseudo import BLOCK_KINDS
 from numpyro_lm.gp.blocks import block_log_marginal_likelihood, block_predictive, diagonal_log_marginal_likelihood
 
 X64 = pytest.mark.usefixtures("x64")  # closed forms compared to 1e-8; the end-to-end tests run in float32
@@ -242,3 +244,83 @@ def test_many_vectors_per_group_recover_the_true_covariance():
 def test_bad_block_options_are_refused_by_name(kwargs, match):
     with pytest.raises(ValueError, match=match):
         LMGP(**kwargs).fit(np.arange(6.0), np.array([0, 1, 2, 0, 1, 2]))
+
+
+# ------------------------------------------------------------ the NumPyro component
+
+
+@X64
+@pytest.mark.parametrize("kind, y", [("counts", np.array([3, 0, 2, 5, 1, 4])), ("categorical", np.array([0, 1, 2, 0, 1, 2]))])
+def test_the_collapsed_model_is_the_marginal_likelihood(kind, y):
+    from numpyro.infer.util import log_density
+
+    pseudo = pseudo_observations(np.linspace(0, 2, 6), y.astype(float) if kind == "counts" else y, kind)
+    block = kind in BLOCK_KINDS
+    d = pseudo.mean.shape[-1] if block else None
+    amplitude = np.array([1.3, 0.7]) if block else np.array(1.3)
+    mean = np.array([0.2, -0.1]) if block else np.array(0.4)
+    values = {"amplitude": amplitude, "lengthscale": np.array([0.8]), "mean": mean}
+    params = KernelParams(jnp.log(amplitude), jnp.log(jnp.array([0.8])), jnp.asarray(mean))
+    data = [jnp.asarray(v) for v in (pseudo.inputs, pseudo.mean, pseudo.noise)]
+    expected = (block_log_marginal_likelihood(params, *data, jnp.eye(d)) if block
+                else log_marginal_likelihood(params, *data))
+    _, trace = log_density(lm_gp_model, (pseudo,), {}, values)
+    np.testing.assert_allclose(trace["pseudo"]["fn"].log_prob(trace["pseudo"]["value"]), expected, rtol=1e-8)
+
+
+@X64
+def test_the_pseudo_likelihood_site_is_the_groups_gaussians():
+    import numpyro
+    from numpyro.infer.util import log_density
+
+    pseudo = pseudo_observations(np.arange(3.0), np.array([0, 2, 1]), "categorical", num_classes=3)
+    f = np.zeros((3, 2))
+
+    def model():
+        pseudo_likelihood("y", pseudo, f)
+
+    _, trace = log_density(model, (), {}, {})
+    expected = sum(stats.multivariate_normal(f[g], pseudo.noise[g]).logpdf(pseudo.mean[g]) for g in range(3))
+    np.testing.assert_allclose(np.sum(trace["y"]["fn"].log_prob(trace["y"]["value"])), expected, rtol=1e-10)
+    with pytest.raises(ValueError, match="f must end in the pseudo-observations' shape"):
+        numpyro.handlers.seed(lambda: pseudo_likelihood("y", pseudo, np.zeros(3)), 0)()
+
+
+def test_hyperparameter_draws_average_into_one_prediction():
+    # two identical draws predict what one does; the mixture of two different draws has at least
+    # the variance of its components' mean (law of total variance)
+    pseudo = pseudo_observations(np.linspace(0, 3, 8), np.array([0, 1, 1, 3, 2, 5, 4, 6.0]), "counts")
+    one = {"amplitude": np.array([1.0]), "lengthscale": np.array([[1.0]]), "mean": np.array([1.0])}
+    twice = {k: np.concatenate([v, v]) for k, v in one.items()}
+    test = np.array([0.5, 2.0])
+    np.testing.assert_allclose(predict_with_draws(twice, pseudo, test)[1], predict_with_draws(one, pseudo, test)[1],
+                               rtol=1e-5)
+    mixed = {"amplitude": np.array([1.0, 2.0]), "lengthscale": np.array([[1.0], [0.3]]), "mean": np.array([1.0, 0.0])}
+    mean, var = predict_with_draws(mixed, pseudo, test)
+    parts = [predict_with_draws({k: v[i:i + 1] for k, v in mixed.items()}, pseudo, test) for i in range(2)]
+    np.testing.assert_allclose(mean, (parts[0][0] + parts[1][0]) / 2, rtol=1e-5)
+    assert np.all(var >= (parts[0][1] + parts[1][1]) / 2 - 1e-6)
+
+
+def test_relabelling_the_classes_permutes_the_predicted_probabilities():
+    # the prior over the zero-sum logits is exchangeable across classes (one amplitude for the
+    # arbitrary orthonormal coordinates), so a permutation of the labels permutes the prediction
+    rng = np.random.default_rng(5)
+    x = rng.uniform(-2, 2, (60, 2))
+    y = (x[:, 0] > 0).astype(int) + (x[:, 1] > 0.5).astype(int) + (x[:, 0] > 1).astype(int)
+    perm = np.array([2, 0, 3, 1])
+    test = rng.uniform(-2, 2, (10, 2))
+    p = LMGP("categorical", num_steps=100).fit(x, y).predict(test).expected
+    q = LMGP("categorical", num_steps=100).fit(x, perm[y]).predict(test).expected
+    np.testing.assert_allclose(q[:, perm], p, atol=0.02)  # float32 Adam paths differ slightly
+
+
+def test_a_constant_input_dimension_is_ignored_not_fatal():
+    # a pixel that is 0 in every training image must not make a test image with ink there
+    # uncorrelated with everything (a lengthscale of 1e-6 did: every prediction at the prior mean)
+    x = np.stack([np.linspace(-2, 2, 30), np.zeros(30)], 1)
+    y = (x[:, 0] > 0).astype(float)
+    lm = LMGP("binary").fit(x, y)
+    shifted = lm.predict(np.array([[1.5, 1.0], [-1.5, 1.0]])).expected
+    np.testing.assert_allclose(shifted, lm.predict(np.array([[1.5, 0.0], [-1.5, 0.0]])).expected, atol=0.01)
+    assert shifted[0] > 0.8 and shifted[1] < 0.2

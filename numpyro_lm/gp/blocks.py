@@ -7,8 +7,10 @@ product kernel of the thesis (eq. 3.20), an input kernel times an output kernel,
 
 .. math:: \mathrm{Cov}(f_d(x), f_e(x')) = k_\theta(x, x')\, a_d B_{de} a_e,
 
-with one amplitude :math:`a_d` per output (the kernel's ``log_amplitude`` is a ``(D,)`` vector
-here: the diagonal of a covariance root varies more than its off-diagonal), a fixed output
+with one amplitude :math:`a_d` per output for covariances (the kernel's ``log_amplitude`` is a
+``(D,)`` vector: the diagonal of a covariance root varies more than its off-diagonal) and one
+shared by all for categories (``(1,)``: the ``K - 1`` orthonormal coordinates are an arbitrary
+rotation of the zero-sum plane, and amplitudes of their own would favour some classes), a fixed output
 kernel :math:`B` (a correlation matrix; default the identity), and a constant mean
 :math:`m \in \mathbb{R}^D`. Stacking the groups' vectors
 (:math:`\mathbf{y} = \mathrm{vec}(\mu)`, ``g`` major), the pseudo-observations are Gaussian
@@ -48,22 +50,26 @@ import numpy as np
 import optax
 import tinygp
 from jax.scipy.linalg import cho_solve, solve_triangular
+from numpyro.distributions.transforms import ZeroSumTransform
 
 from .pseudo import PseudoObservations
-from .regression import KernelParams, rbf_kernel
+from .regression import KernelParams, rbf_kernel, start_lengthscales
 
 __all__ = ["default_block_params", "block_log_marginal_likelihood", "diagonal_log_marginal_likelihood", "SEARCHES",
            "fit_block_hyperparameters", "block_predictive"]
 
 
-def default_block_params(pseudo: PseudoObservations) -> KernelParams:
-    """A start: each output's precision-weighted mean and spread, lengthscales the inputs' SDs."""
+def default_block_params(pseudo: PseudoObservations, ard: bool = True) -> KernelParams:
+    """A start: each output's precision-weighted mean and spread, lengthscales from
+    :func:`~numpyro_lm.gp.regression.start_lengthscales`."""
     precision = 1.0 / np.diagonal(pseudo.noise, axis1=-2, axis2=-1)
     mean = np.sum(precision * pseudo.mean, 0) / np.sum(precision, 0)
     spread = np.sqrt(np.sum(precision * (pseudo.mean - mean) ** 2, 0) / np.sum(precision, 0)) + 1e-3
-    sd = np.std(pseudo.inputs, axis=0) + 1e-6
+    if pseudo.kind == "categorical":
+        spread = np.sqrt(np.mean(spread**2, keepdims=True))
     dtype = jnp.result_type(float)
-    return KernelParams(jnp.asarray(np.log(spread), dtype), jnp.asarray(np.log(sd), dtype), jnp.asarray(mean, dtype))
+    return KernelParams(jnp.asarray(np.log(spread), dtype), jnp.asarray(start_lengthscales(pseudo.inputs, ard), dtype),
+                        jnp.asarray(mean, dtype))
 
 
 def _parts(params, output_kernel, kernel):
@@ -120,16 +126,41 @@ def _output_kernel(pseudo: PseudoObservations, output_kernel: Optional[np.ndarra
 
 def fit_block_hyperparameters(pseudo: PseudoObservations, init: Optional[KernelParams] = None, *,
                               output_kernel=None, kernel: Callable = rbf_kernel, num_steps: int = 300,
-                              learning_rate: float = 0.05, search: str = "diagonal"):
+                              learning_rate: float = 0.05, search: str = "diagonal", ard: bool = True):
     """``(params, log marginal likelihood per step)``: Adam on the negative log marginal likelihood
     of ``search`` (``"diagonal"`` or ``"exact"``, module docstring)."""
     if search not in SEARCHES:
         raise ValueError(f"search must be one of {sorted(SEARCHES)}, not {search!r}")
-    init = default_block_params(pseudo) if init is None else init
     dtype = jnp.result_type(float)
+    output_kernel = _output_kernel(pseudo, output_kernel, dtype)
+    if pseudo.kind == "categorical" and search == "diagonal":
+        return _class_space_search(pseudo, init, output_kernel, kernel, num_steps, learning_rate, ard)
+    init = default_block_params(pseudo, ard) if init is None else init
     data = tuple(jnp.asarray(a, dtype) for a in (pseudo.inputs, pseudo.mean, pseudo.noise))
-    return _adam(init, data + (_output_kernel(pseudo, output_kernel, dtype),), kernel, num_steps, learning_rate,
-                 SEARCHES[search])
+    return _adam(init, data + (output_kernel,), kernel, num_steps, learning_rate, SEARCHES[search])
+
+
+def _class_space_search(pseudo, init, output_kernel, kernel, num_steps, learning_rate, ard):
+    r"""The diagonal search for categories, in the ``K`` class coordinates: the Dirichlet's
+    Gamma representation :math:`N(\log\alpha_k, 1/\alpha_k)` per class, whose projection on the
+    zero-sum plane is the block :math:`P\,\mathrm{diag}(1/\alpha) P` (so the diagonal is exact
+    there), with the output kernel lifted as :math:`V B V^\top + 11^\top/K`. The diagonal of the
+    blocks themselves depends on the arbitrary orthonormal coordinates and would favour some
+    classes; this objective is exchangeable. The means come back to the zero-sum plane."""
+    lift = ZeroSumTransform()
+    alpha = np.asarray(pseudo.params["concentration"], np.float64)
+    k = alpha.shape[-1]
+    classes = pseudo._replace(mean=np.log(alpha), noise=np.eye(k) / alpha[..., None, :])
+    dtype = output_kernel.dtype
+    lifted = lift(jnp.swapaxes(lift(output_kernel), -1, -2)) + jnp.full((k, k), 1.0 / k, dtype)
+    if init is None:
+        init = default_block_params(classes, ard)
+    else:
+        init = init._replace(mean=lift(jnp.asarray(init.mean, dtype)))
+    data = tuple(jnp.asarray(a, dtype) for a in (classes.inputs, classes.mean, classes.noise))
+    params, trace = _adam(init, data + (lifted,), kernel, num_steps, learning_rate, diagonal_log_marginal_likelihood)
+    centred = params.mean - jnp.mean(params.mean)
+    return params._replace(mean=lift.inv(centred)), trace
 
 
 @partial(jax.jit, static_argnums=(2, 3, 4, 5))

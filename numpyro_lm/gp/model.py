@@ -46,13 +46,15 @@ class LMGP:
     :param output_kernel: for ``"categorical"`` and ``"covariance"``: the ``D x D`` output kernel
         ``B`` of the product kernel over the pseudo-observations' coordinates (default the
         identity; :mod:`~numpyro_lm.gp.blocks`).
+    :param ard: one lengthscale per input dimension (default) or one shared by all (``False``: for
+        many inputs of one kind, such as pixels, where per-dimension lengthscales overfit).
     :param search: for those kinds: the marginal likelihood the hyperparameters maximise,
         ``"diagonal"`` (the blocks' diagonals, fast) or ``"exact"`` (:mod:`~numpyro_lm.gp.blocks`).
     """
 
     def __init__(self, kind: str, *, eps: Optional[float] = None, kernel: Callable = rbf_kernel,
                  num_steps: int = 300, learning_rate: float = 0.05, num_classes: Optional[int] = None,
-                 output_kernel=None, search: str = "diagonal"):
+                 output_kernel=None, search: str = "diagonal", ard: bool = True):
         if kind not in DATA_KINDS:
             raise ValueError(f"kind must be one of {sorted(DATA_KINDS)}, not {kind!r}")
         check_count(num_steps, "num_steps", minimum=0)
@@ -61,14 +63,14 @@ class LMGP:
                              f"not {kind!r}")
         self.kind, self.eps, self.kernel = kind, eps, kernel
         self.num_steps, self.learning_rate = num_steps, float(learning_rate)
-        self.num_classes, self.output_kernel, self.search = num_classes, output_kernel, search
+        self.num_classes, self.output_kernel, self.search, self.ard = num_classes, output_kernel, search, ard
         self.pseudo = self.params = self.trace = None
 
     def fit(self, inputs, y, labels=None) -> "LMGP":
         """Pseudo-observations of ``(inputs, y)`` grouped by ``labels`` (default: shared inputs),
         and the hyperparameters that maximise their marginal likelihood."""
         pseudo = pseudo_observations(inputs, y, self.kind, labels, self.eps, self.num_classes)
-        search = dict(kernel=self.kernel, num_steps=self.num_steps, learning_rate=self.learning_rate)
+        search = dict(kernel=self.kernel, num_steps=self.num_steps, learning_rate=self.learning_rate, ard=self.ard)
         if self.kind in BLOCK_KINDS:
             params, trace = fit_block_hyperparameters(pseudo, output_kernel=self.output_kernel, search=self.search,
                                                       **search)

@@ -29,7 +29,7 @@ import tinygp
 from ..families import get_family
 from .pseudo import DATA_KINDS, PseudoObservations
 
-__all__ = ["KernelParams", "default_params", "rbf_kernel", "gaussian_process", "log_marginal_likelihood",
+__all__ = ["KernelParams", "default_params", "start_lengthscales", "rbf_kernel", "gaussian_process", "log_marginal_likelihood",
            "fit_hyperparameters", "latent_predictive", "matched_predictive"]
 
 
@@ -52,14 +52,27 @@ def rbf_kernel(params: KernelParams):
     return jnp.exp(2.0 * params.log_amplitude) * tinygp.transforms.Linear(1.0 / scale, tinygp.kernels.ExpSquared())
 
 
-def default_params(pseudo: PseudoObservations) -> KernelParams:
-    """A start: the pseudo-observations' precision-weighted mean and spread, lengthscales the inputs' SDs."""
+def start_lengthscales(inputs: np.ndarray, ard: bool = True) -> np.ndarray:
+    """Log lengthscales to start from: each input dimension's SD (``ard``) or their mean (one
+    shared lengthscale). A dimension constant in the training inputs gets 10^3 times the largest
+    SD: its lengthscale has no gradient, and a short one would make any test input that differs
+    there uncorrelated with every training input (a prediction at the prior mean)."""
+    sd = np.std(inputs, axis=0)
+    if not np.any(sd > 0):
+        return np.zeros(inputs.shape[1] if ard else 1)
+    sd = np.where(sd > 0, sd, 1e3 * sd.max())
+    return np.log(sd) if ard else np.log([np.mean(sd[sd < 1e3 * sd.min()])])
+
+
+def default_params(pseudo: PseudoObservations, ard: bool = True) -> KernelParams:
+    """A start: the pseudo-observations' precision-weighted mean and spread, lengthscales from
+    :func:`start_lengthscales`."""
     w = 1.0 / pseudo.noise
     mean = float(np.sum(w * pseudo.mean) / np.sum(w))
     spread = float(np.sqrt(np.sum(w * (pseudo.mean - mean) ** 2) / np.sum(w))) + 1e-3
-    sd = np.std(pseudo.inputs, axis=0) + 1e-6
     dtype = jnp.result_type(float)
-    return KernelParams(jnp.asarray(np.log(spread), dtype), jnp.asarray(np.log(sd), dtype), jnp.asarray(mean, dtype))
+    return KernelParams(jnp.asarray(np.log(spread), dtype), jnp.asarray(start_lengthscales(pseudo.inputs, ard), dtype),
+                        jnp.asarray(mean, dtype))
 
 
 def gaussian_process(params: KernelParams, inputs, noise, kernel: Callable = rbf_kernel) -> tinygp.GaussianProcess:
@@ -73,9 +86,10 @@ def log_marginal_likelihood(params: KernelParams, inputs, mean, noise, kernel: C
 
 
 def fit_hyperparameters(pseudo: PseudoObservations, init: KernelParams | None = None, *, kernel: Callable = rbf_kernel,
-                        num_steps: int = 300, learning_rate: float = 0.05):
-    """``(params, log marginal likelihood per step)``: Adam on the negative log marginal likelihood."""
-    init = default_params(pseudo) if init is None else init
+                        num_steps: int = 300, learning_rate: float = 0.05, ard: bool = True):
+    """``(params, log marginal likelihood per step)``: Adam on the negative log marginal likelihood,
+    from ``init`` or :func:`default_params` (one lengthscale per input dimension if ``ard``)."""
+    init = default_params(pseudo, ard) if init is None else init
     dtype = jnp.result_type(float)
     data = tuple(jnp.asarray(a, dtype) for a in (pseudo.inputs, pseudo.mean, pseudo.noise))
     return _adam(init, data, kernel, num_steps, learning_rate)
