@@ -7,7 +7,7 @@ The four data kinds of the thesis' chapter 3:
 - ``counts``: Poisson counts of a generated rate ``exp(1 + sin(2 x) + x / 3)`` at 1000 inputs on
   [-3, 3] (the thesis' toy's spirit), and the true rate at 200 test inputs;
 - ``categories``: scikit-learn's iris and wine (standardised, 70 % training) and digits (pixels
-  / 16, 300 training images, one shared lengthscale), every training point its own group;
+  / 16, 200 training images, one shared lengthscale), every training point its own group;
   against the joint Laplace fit of the latent GP with LM + GP's prior over the zero-sum logits;
 - ``covariances``: 235 months of 21 zero-mean 4-vectors whose covariance drifts (volatilities
   on sines, rotating eigenvectors; the thesis' currency example's shape), one group per month;
@@ -81,13 +81,13 @@ def poisson_toy(n=1000, seed=0):
 
 
 def classification(name, seed=0):
-    """scikit-learn's iris / wine (standardised, 70 % training) or digits (pixels / 16, 300 training)."""
+    """scikit-learn's iris / wine (standardised, 70 % training) or digits (pixels / 16, 200 training)."""
     from sklearn import datasets
 
     data = getattr(datasets, f"load_{name}")()
     x = data.data / 16.0 if name == "digits" else (data.data - data.data.mean(0)) / data.data.std(0)
     order = np.random.default_rng(seed).permutation(len(x))
-    split = 300 if name == "digits" else int(0.7 * len(x))
+    split = 200 if name == "digits" else int(0.7 * len(x))
     train, test = order[:split], order[split:]
     return x[train], data.target[train], x[test], data.target[test]
 
@@ -274,7 +274,7 @@ def run_categorical(name):
     x, y, xt, yt = classification(name)
     k = int(y.max()) + 1
     score = lambda pred: categorical_scores(np.asarray(pred.expected), yt)  # noqa: E731
-    # digits: one lengthscale for the 64 pixels (per-pixel lengthscales overfit 300 images)
+    # digits: one lengthscale for the 64 pixels (per-pixel lengthscales overfit 200 images)
     every, model = lm_gp_row("categorical", f"LM+GP, every point ({name})", x, y, xt, np.arange(len(y)), score,
                              num_classes=k, ard=name != "digits")
     cold, warm, f_test, trusted = full_gp(model.params, x, y, xt, "softmax")

@@ -49,12 +49,13 @@ class LMGP:
     :param ard: one lengthscale per input dimension (default) or one shared by all (``False``: for
         many inputs of one kind, such as pixels, where per-dimension lengthscales overfit).
     :param search: for those kinds: the marginal likelihood the hyperparameters maximise,
-        ``"diagonal"`` (the blocks' diagonals, fast) or ``"exact"`` (:mod:`~numpyro_lm.gp.blocks`).
+        ``"diagonal"`` (the blocks' diagonals, fast; the default for covariances) or ``"exact"``
+        (the default for categories; :func:`~numpyro_lm.gp.blocks.default_search`).
     """
 
     def __init__(self, kind: str, *, eps: Optional[float] = None, kernel: Callable = rbf_kernel,
                  num_steps: int = 300, learning_rate: float = 0.05, num_classes: Optional[int] = None,
-                 output_kernel=None, search: str = "diagonal", ard: bool = True):
+                 output_kernel=None, search: Optional[str] = None, ard: bool = True):
         if kind not in DATA_KINDS:
             raise ValueError(f"kind must be one of {sorted(DATA_KINDS)}, not {kind!r}")
         check_count(num_steps, "num_steps", minimum=0)
