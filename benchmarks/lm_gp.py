@@ -342,7 +342,7 @@ def main():
     for name in ("iris", "wine", "digits"):
         lines += table(f"categories: {name} (Dirichlet, softmax basis)", run_categorical(name),
                        ["accuracy", "nll", "ece"]) + [""]
-    lines += table("covariances (inverse Wishart, sqrtm basis)", run_covariance(), ["rmse", "in2std"],
+    lines += table("covariances (inverse Wishart, logm basis)", run_covariance(), ["rmse", "in2std"],
                    against_last=False) + [""]
     lines += eps_sensitivity()
     text = "\n".join(lines)

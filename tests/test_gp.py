@@ -162,14 +162,23 @@ def test_covariance_groups_are_the_likelihood_as_an_inverse_wishart():
     for g in range(2):
         block = r[10 * g:10 * (g + 1)]
         np.testing.assert_allclose(pseudo.params["scale_matrix"][g], block.T @ block + 0.5 * pooled, rtol=1e-12)
-    np.testing.assert_allclose(pseudo.params["concentration"], 10 - 2 + 0.5)  # n - (p + 1) / 2 + eps
-    assert pseudo.mean.shape == (2, 6) and pseudo.noise.shape == (2, 6, 6)  # vech of the 3 x 3 root
+    np.testing.assert_allclose(pseudo.params["concentration"], 10 + 0.5 - 3 - 1)  # n + eps - p - 1
+    assert pseudo.mean.shape == (2, 6) and pseudo.noise.shape == (2, 6, 6)  # vech of the 3 x 3 log
+    # the mean is the log of the maximum-likelihood covariance Psi / (n + eps)
+    w, v = np.linalg.eigh(pseudo.params["scale_matrix"][0] / 10.5)
+    log_ml = (v * np.log(w)) @ v.T
+    np.testing.assert_allclose(pseudo.mean[0], log_ml[np.tril_indices(3)], rtol=1e-6, atol=1e-8)
 
 
-def test_a_covariance_group_too_small_for_a_proper_inverse_wishart_is_refused():
-    # p = 3 needs more than (3p - 1)/2 - eps = 3.99 vectors per group
-    with pytest.raises(ValueError, match="group 1 holds 3 vectors of dimension 3"):
-        pseudo_observations(np.array([0.0] * 5 + [1.0] * 3), np.ones((8, 3)), "covariance", eps=0.01)
+@X64
+def test_an_isotropic_covariance_likelihood_has_the_closed_form_noise():
+    # Psi = c I: S = log(c / n) I, and -d2 l = (n / 2) (1 on diagonal entries, 2 off it) in vech(S)
+    from numpyro_lm.gp.pseudo import _covariance_likelihood_gaussian
+
+    mean, noise = _covariance_likelihood_gaussian(jnp.array([12.0]), jnp.array([3.0 * np.eye(3)]))
+    rows, cols = np.tril_indices(3)
+    np.testing.assert_allclose(mean[0], np.where(rows == cols, np.log(3.0 / 12.0), 0.0), atol=1e-10)
+    np.testing.assert_allclose(noise[0], np.diag(np.where(rows == cols, 2.0, 1.0) / 12.0), atol=1e-8)
 
 
 def _kernel(params, a, b):

@@ -1,14 +1,14 @@
 r"""The GP of LM + GP for vector pseudo-observations with a block of noise each (categories, covariances).
 
 Each group ``g`` observes a vector :math:`\mu_g \in \mathbb{R}^D` (the Dirichlet's zero-sum
-logits in ``K - 1`` coordinates, or the ``vech`` of an inverse Wishart's matrix root) with its
+logits in ``K - 1`` coordinates, or the ``vech`` of a covariance's matrix log) with its
 own noise block :math:`S_g`. The latent function :math:`f: \mathcal{X} \to \mathbb{R}^D` has the
 product kernel of the thesis (eq. 3.20), an input kernel times an output kernel,
 
 .. math:: \mathrm{Cov}(f_d(x), f_e(x')) = k_\theta(x, x')\, a_d B_{de} a_e,
 
 with one amplitude :math:`a_d` per output for covariances (the kernel's ``log_amplitude`` is a
-``(D,)`` vector: the diagonal of a covariance root varies more than its off-diagonal) and one
+``(D,)`` vector: the diagonal of a covariance's log varies more than its off-diagonal) and one
 shared by all for categories (``(1,)``: the ``K - 1`` orthonormal coordinates are an arbitrary
 rotation of the zero-sum plane, and amplitudes of their own would favour some classes), a fixed output
 kernel :math:`B` (a correlation matrix; default the identity), and a constant mean
@@ -120,7 +120,7 @@ def default_search(kind: str) -> str:
     zero-sum plane (the objective would favour some classes), and a sparse Dirichlet's
     information lies along one direction that the diagonal smears over all of them (iris and
     wine fell to chance, 0.29 and 0.44, with the diagonal objective in class coordinates). A
-    covariance root's ``vech`` coordinates are not arbitrary, and its blocks are dominated by
+    covariance log's ``vech`` coordinates are not arbitrary, and its blocks are dominated by
     their diagonals."""
     return "exact" if kind == "categorical" else "diagonal"
 
