@@ -48,12 +48,11 @@ from typing import Callable, Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import tinygp
 from jax.scipy.linalg import cho_solve, solve_triangular
 
 from .pseudo import PseudoObservations
-from .regression import KernelParams, rbf_kernel, start_lengthscales
+from .regression import KernelParams, maximise_by_adam, rbf_kernel, start_lengthscales
 
 __all__ = ["default_block_params", "block_log_marginal_likelihood", "diagonal_log_marginal_likelihood", "SEARCHES",
            "default_search", "fit_block_hyperparameters", "block_predictive"]
@@ -148,24 +147,7 @@ def fit_block_hyperparameters(pseudo: PseudoObservations, init: Optional[KernelP
     output_kernel = _output_kernel(pseudo, output_kernel, dtype)
     init = default_block_params(pseudo, ard) if init is None else init
     data = tuple(jnp.asarray(a, dtype) for a in (pseudo.inputs, pseudo.mean, pseudo.noise))
-    return _adam(init, data + (output_kernel,), kernel, num_steps, learning_rate, SEARCHES[search])
-
-
-@partial(jax.jit, static_argnums=(2, 3, 4, 5))
-def _adam(init, data, kernel, num_steps, learning_rate, objective):
-    optimiser = optax.adam(learning_rate)
-
-    def loss(params):
-        return -objective(params, *data, kernel)
-
-    def step(carry, _):
-        params, state = carry
-        value, grad = jax.value_and_grad(loss)(params)
-        updates, state = optimiser.update(grad, state, params)
-        return (optax.apply_updates(params, updates), state), -value
-
-    (params, _), trace = jax.lax.scan(step, (init, optimiser.init(init)), None, length=num_steps)
-    return params, trace
+    return maximise_by_adam(SEARCHES[search], init, data + (output_kernel,), kernel, num_steps, learning_rate)
 
 
 def block_predictive(params: KernelParams, pseudo: PseudoObservations, test_inputs, *, output_kernel=None,

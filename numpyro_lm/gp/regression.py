@@ -30,7 +30,7 @@ from ..families import get_family
 from .pseudo import DATA_KINDS, PseudoObservations
 
 __all__ = ["KernelParams", "default_params", "start_lengthscales", "rbf_kernel", "gaussian_process", "log_marginal_likelihood",
-           "fit_hyperparameters", "latent_predictive", "matched_predictive"]
+           "fit_hyperparameters", "maximise_by_adam", "latent_predictive", "matched_predictive"]
 
 
 class KernelParams(NamedTuple):
@@ -92,15 +92,18 @@ def fit_hyperparameters(pseudo: PseudoObservations, init: KernelParams | None = 
     init = default_params(pseudo, ard) if init is None else init
     dtype = jnp.result_type(float)
     data = tuple(jnp.asarray(a, dtype) for a in (pseudo.inputs, pseudo.mean, pseudo.noise))
-    return _adam(init, data, kernel, num_steps, learning_rate)
+    return maximise_by_adam(log_marginal_likelihood, init, data, kernel, num_steps, learning_rate)
 
 
-@partial(jax.jit, static_argnums=(2, 3, 4))
-def _adam(init, data, kernel, num_steps, learning_rate):
+@partial(jax.jit, static_argnums=(0, 3, 4, 5))
+def maximise_by_adam(objective: Callable, init: KernelParams, data: tuple, kernel: Callable, num_steps: int,
+                     learning_rate: float):
+    """``(params, objective per step)``: ``num_steps`` Adam steps on ``-objective(params, *data, kernel)``
+    from ``init``, in one compiled ``lax.scan``."""
     optimiser = optax.adam(learning_rate)
 
     def loss(params):
-        return -log_marginal_likelihood(params, *data, kernel)
+        return -objective(params, *data, kernel)
 
     def step(carry, _):
         params, state = carry
