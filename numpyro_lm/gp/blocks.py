@@ -54,8 +54,8 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 from .pseudo import PseudoObservations
 from .regression import KernelParams, maximise_by_adam, rbf_kernel, start_lengthscales
 
-__all__ = ["default_block_params", "block_log_marginal_likelihood", "diagonal_log_marginal_likelihood", "SEARCHES",
-           "default_search", "fit_block_hyperparameters", "block_predictive"]
+__all__ = ["default_block_params", "joint_covariance", "block_log_marginal_likelihood",
+           "diagonal_log_marginal_likelihood", "SEARCHES", "default_search", "fit_block_hyperparameters", "block_predictive"]
 
 
 def default_block_params(pseudo: PseudoObservations, ard: bool = True) -> KernelParams:
@@ -79,7 +79,8 @@ def _parts(params, output_kernel, kernel):
     return unit, amplitude[:, None] * output_kernel * amplitude[None, :]
 
 
-def _joint_covariance(params, inputs, noise, output_kernel, kernel):
+def joint_covariance(params, inputs, noise, output_kernel, kernel):
+    r""":math:`A = K_\theta \otimes \mathrm{diag}(a) B\, \mathrm{diag}(a) + \mathrm{blockdiag}(S_g)`, ``(mD, mD)``."""
     m, d = noise.shape[0], noise.shape[-1]
     unit, output_kernel = _parts(params, output_kernel, kernel)
     prior = jnp.kron(unit(inputs, inputs), output_kernel)
@@ -90,7 +91,7 @@ def _joint_covariance(params, inputs, noise, output_kernel, kernel):
 def block_log_marginal_likelihood(params: KernelParams, inputs, mean, noise, output_kernel,
                                   kernel: Callable = rbf_kernel):
     r""":math:`\log N(\mathrm{vec}(\mu);\ 1 \otimes m,\ K_\theta \otimes B + \mathrm{blockdiag}(S_g))`."""
-    chol = jnp.linalg.cholesky(_joint_covariance(params, inputs, noise, output_kernel, kernel))
+    chol = jnp.linalg.cholesky(joint_covariance(params, inputs, noise, output_kernel, kernel))
     r = (mean - params.mean).reshape(-1)
     z = solve_triangular(chol, r, lower=True)
     return -0.5 * (z @ z) - jnp.sum(jnp.log(jnp.diagonal(chol))) - 0.5 * r.size * jnp.log(2.0 * jnp.pi)
@@ -164,7 +165,7 @@ def block_predictive(params: KernelParams, pseudo: PseudoObservations, test_inpu
 def _predict(params, data, output_kernel, test, kernel):
     inputs, mean, noise = data
     m, d = mean.shape
-    chol = jnp.linalg.cholesky(_joint_covariance(params, inputs, noise, output_kernel, kernel))
+    chol = jnp.linalg.cholesky(joint_covariance(params, inputs, noise, output_kernel, kernel))
     alpha = cho_solve((chol, True), (mean - params.mean).reshape(-1)).reshape(m, d)
     unit, output_kernel = _parts(params, output_kernel, kernel)
     cross = unit(test, inputs)  # (n, m)

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist
 
-from .blocks import block_predictive, _joint_covariance
+from .blocks import block_predictive, joint_covariance
 from .pseudo import PseudoObservations
 from .regression import KernelParams, gaussian_process, latent_predictive, rbf_kernel
 
@@ -73,7 +73,7 @@ def lm_gp_model(pseudo: PseudoObservations, kernel: Callable = rbf_kernel, outpu
         gp = gaussian_process(params, inputs, jnp.asarray(pseudo.noise), kernel)
         return numpyro.sample("pseudo", gp.numpyro_dist(), obs=jnp.asarray(pseudo.mean))
     b = jnp.eye(outputs, dtype=inputs.dtype) if output_kernel is None else jnp.asarray(output_kernel, inputs.dtype)
-    cov = _joint_covariance(params, inputs, jnp.asarray(pseudo.noise), b, kernel)
+    cov = joint_covariance(params, inputs, jnp.asarray(pseudo.noise), b, kernel)
     loc = jnp.broadcast_to(mean, pseudo.mean.shape).reshape(-1)
     return numpyro.sample("pseudo", dist.MultivariateNormal(loc, covariance_matrix=cov),
                           obs=jnp.asarray(pseudo.mean).reshape(-1))

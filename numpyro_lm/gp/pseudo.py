@@ -52,7 +52,6 @@ from typing import NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
-from numpyro.distributions.util import matrix_to_tril_vec
 
 from ..bases import SymmetricMatrixExpTransform
 from ..families import get_family
@@ -147,8 +146,7 @@ def _covariance_likelihood_gaussian(count, scale):
     transform = SymmetricMatrixExpTransform()
 
     def one(n, psi):
-        w, v = jnp.linalg.eigh(psi / n)
-        mode = matrix_to_tril_vec((v * jnp.log(w)) @ v.T)
+        mode = transform.inv(psi / n)  # vech logm of the maximum-likelihood covariance
 
         def log_likelihood(r):
             sigma = transform(r)
