@@ -55,7 +55,8 @@ from .pseudo import PseudoObservations
 from .regression import KernelParams, maximise_by_adam, rbf_kernel, start_lengthscales
 
 __all__ = ["default_block_params", "joint_covariance", "block_log_marginal_likelihood",
-           "diagonal_log_marginal_likelihood", "SEARCHES", "default_search", "fit_block_hyperparameters", "block_predictive"]
+           "diagonal_log_marginal_likelihood", "SEARCHES", "default_search", "fit_block_hyperparameters",
+           "block_predictive"]
 
 
 def default_block_params(pseudo: PseudoObservations, ard: bool = True) -> KernelParams:
