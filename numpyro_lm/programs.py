@@ -235,9 +235,11 @@ def in_float64(run: Callable, arrays, args=(), kwargs=None):
     """
     with jax.enable_x64(True):
         def up(a):  # on the host: an eager conversion would compile a program per shape
-            if isinstance(a, StaticArray):
-                # a fresh object: jaxlib 0.10 reuses a constant's float32-mode (int32) conversion
-                # by identity in float64 mode ("lax.add requires ... int32, int64" in indexing)
+            if isinstance(a, np.ndarray) and not _is_floating(a):
+                # a fresh object: jaxlib 0.10 reuses an array's float32-mode (int32) conversion by
+                # identity in float64 mode ("lax.add requires ... int32, int64" in indexing for a
+                # StaticArray; "expected s64[105] but got s32[105]" for integer labels that an
+                # earlier float32 program, an MCMC run on the same data, had converted)
                 return a.copy()
             return np.asarray(jax.device_get(a), np.float64) if _is_floating(a) else a
 

@@ -68,3 +68,39 @@ def test_heavy_programs_get_xla_defaults_only_in_place_of_the_automatic_options(
     chosen = dict(FAST_COMPILE)
     assert options_for_work(chosen, 10 * HEAVY_PROGRAM) is chosen
     assert options_for_work(None, 10 * HEAVY_PROGRAM) is None
+
+
+INTEGER_LABELS_AFTER_ESS = """
+import jax, numpy as np, numpyro, numpyro.distributions as dist
+from numpyro.distributions.transforms import ZeroSumTransform
+from numpyro_lm import EllipticalSlice, LaplaceMatching
+
+def model(chol, mean, link, y=None, scale=None):
+    with numpyro.plate("coordinates", 2, dim=-1), numpyro.plate("inputs", 20, dim=-2):
+        z = numpyro.sample("z", dist.Normal(0.0, 1.0))
+    g = numpyro.deterministic("f", mean + scale * (chol @ z))
+    with numpyro.plate("inputs", 20):
+        numpyro.sample("y", dist.Categorical(logits=ZeroSumTransform()(g)), obs=y)
+
+y = np.random.default_rng(0).integers(0, 3, 20)
+args = (np.eye(20, dtype=np.float32), np.zeros(2, np.float32), "softmax")
+kwargs = dict(y=y, scale=np.ones(1, np.float32))
+numpyro.infer.MCMC(EllipticalSlice(model), num_warmup=5, num_samples=5, progress_bar=False).run(
+    jax.random.PRNGKey(0), *args, **kwargs)
+lm = LaplaceMatching(model, progress_bar=False).run(jax.random.PRNGKey(1), *args, **kwargs)
+print(float(lm.diagnostics()["pareto_k"]))
+"""
+
+
+def test_integer_data_converted_earlier_in_float32_still_runs_in_float64():
+    # jaxlib 0.10 reused an integer array's float32-mode (int32) conversion in the float64
+    # verdict ("expected s64[20] but got s32[20]") after an elliptical slice run on the same
+    # NumPy labels (benchmarks/lm_gp.py: ESS of the latent GP, then LaplaceMatching). Run in a
+    # fresh interpreter: under pytest's own earlier programs it did not reproduce.
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", INTEGER_LABELS_AFTER_ESS], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert np.isfinite(float(out.stdout.split()[-1]))
