@@ -235,13 +235,13 @@ def in_float64(run: Callable, arrays, args=(), kwargs=None):
     """
     with jax.enable_x64(True):
         def up(a):  # on the host: an eager conversion would compile a program per shape
-            if isinstance(a, np.ndarray) and not _is_floating(a):
-                # a fresh object: jaxlib 0.10 reuses an array's float32-mode (int32) conversion by
-                # identity in float64 mode ("lax.add requires ... int32, int64" in indexing for a
-                # StaticArray; "expected s64[105] but got s32[105]" for integer labels that an
-                # earlier float32 program, an MCMC run on the same data, had converted)
-                return a.copy()
-            return np.asarray(jax.device_get(a), np.float64) if _is_floating(a) else a
+            # fresh objects: jaxlib 0.10 reuses an array's float32-mode (int32, float32)
+            # conversion by identity in float64 mode ("lax.add requires ... int32, int64" in
+            # indexing for a StaticArray; "expected s64[105] but got s32[105]" and "expected
+            # f64[400] but got f32[400]" for data an earlier elliptical slice run had converted)
+            if _is_floating(a):
+                return np.array(jax.device_get(a), np.float64)  # np.array copies
+            return a.copy() if isinstance(a, np.ndarray) else a
 
         wide = jax.tree.map(up, (arrays, tuple(args), dict(kwargs or {})))
         try:
