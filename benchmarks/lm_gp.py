@@ -52,8 +52,8 @@ from numpyro.infer import MCMC  # noqa: E402
 from numpyro_lm import EllipticalSlice, LaplaceMatching  # noqa: E402
 from numpyro.distributions.transforms import ZeroSumTransform  # noqa: E402
 
-from numpyro_lm.gp import (BLOCK_KINDS, LMGP, block_predictive, latent_predictive, matched_predictive,  # noqa: E402
-                           pseudo_observations, rbf_kernel)
+from numpyro_lm.gp import LMGP, matched_predictive, pseudo_observations, rbf_kernel  # noqa: E402
+from numpyro_lm.gp.blocks import predictive  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -257,9 +257,7 @@ def lm_gp_row(kind, label, x, y, xt, labels, score, **options):
 
     def solve():
         pseudo = pseudo_observations(x, y, kind, labels, model.eps, model.num_classes)
-        if kind in BLOCK_KINDS:
-            return block_predictive(model.params, pseudo, xt)[0]
-        return latent_predictive(model.params, pseudo, xt)[0]
+        return predictive(model.params, pseudo, xt)[0]
 
     return (label, cold, warm, timed(solve)[0], score(pred)), model
 

@@ -6,11 +6,11 @@ noise block per group) fit an ordinary GP to them and map its predictions back t
 family, :class:`LMGP` holds one fit."""
 
 from .model import LMGP, Prediction
-from .blocks import block_predictive, fit_block_hyperparameters
+from .blocks import block_predictive, fit_block_hyperparameters, predictive
 from .pseudo import BLOCK_KINDS, DATA_KINDS, EPS, PseudoObservations, group_labels, pseudo_observations
 from .regression import (KernelParams, default_params, fit_hyperparameters, latent_predictive,
                          log_marginal_likelihood, matched_predictive, rbf_kernel)
 
-__all__ = ["LMGP", "Prediction", "BLOCK_KINDS", "DATA_KINDS", "EPS", "block_predictive", "fit_block_hyperparameters", "PseudoObservations", "group_labels", "pseudo_observations",
+__all__ = ["LMGP", "Prediction", "BLOCK_KINDS", "DATA_KINDS", "EPS", "block_predictive", "fit_block_hyperparameters", "predictive", "PseudoObservations", "group_labels", "pseudo_observations",
            "KernelParams", "default_params", "fit_hyperparameters", "latent_predictive", "log_marginal_likelihood",
            "matched_predictive", "rbf_kernel"]

@@ -52,11 +52,11 @@ import tinygp
 from jax.scipy.linalg import cho_solve, solve_triangular
 
 from .pseudo import PseudoObservations
-from .regression import KernelParams, maximise_by_adam, rbf_kernel, start_lengthscales
+from .regression import KernelParams, latent_predictive, maximise_by_adam, rbf_kernel, start_lengthscales
 
 __all__ = ["default_block_params", "joint_covariance", "block_log_marginal_likelihood",
-           "diagonal_log_marginal_likelihood", "SEARCHES", "default_search", "fit_block_hyperparameters",
-           "block_predictive"]
+           "diagonal_log_marginal_likelihood", "SEARCHES", "default_search", "output_kernel_matrix",
+           "fit_block_hyperparameters", "block_predictive", "predictive"]
 
 
 def default_block_params(pseudo: PseudoObservations, ard: bool = True) -> KernelParams:
@@ -126,7 +126,8 @@ def default_search(kind: str) -> str:
     return "exact" if kind == "categorical" else "diagonal"
 
 
-def _output_kernel(pseudo: PseudoObservations, output_kernel: Optional[np.ndarray], dtype):
+def output_kernel_matrix(pseudo: PseudoObservations, output_kernel: Optional[np.ndarray], dtype):
+    """``B`` as an array: the identity for ``None``, else the user's matrix, checked."""
     d = pseudo.mean.shape[-1]
     if output_kernel is None:
         return jnp.eye(d, dtype=dtype)
@@ -146,7 +147,7 @@ def fit_block_hyperparameters(pseudo: PseudoObservations, init: Optional[KernelP
     if search not in SEARCHES:
         raise ValueError(f"search must be one of {sorted(SEARCHES)}, not {search!r}")
     dtype = jnp.result_type(float)
-    output_kernel = _output_kernel(pseudo, output_kernel, dtype)
+    output_kernel = output_kernel_matrix(pseudo, output_kernel, dtype)
     init = default_block_params(pseudo, ard) if init is None else init
     data = tuple(jnp.asarray(a, dtype) for a in (pseudo.inputs, pseudo.mean, pseudo.noise))
     return maximise_by_adam(SEARCHES[search], init, data + (output_kernel,), kernel, num_steps, learning_rate)
@@ -159,7 +160,16 @@ def block_predictive(params: KernelParams, pseudo: PseudoObservations, test_inpu
     x = jnp.asarray(test_inputs, dtype)
     x = x[:, None] if x.ndim == 1 else x
     data = tuple(jnp.asarray(a, dtype) for a in (pseudo.inputs, pseudo.mean, pseudo.noise))
-    return _predict(params, data, _output_kernel(pseudo, output_kernel, dtype), x, kernel)
+    return _predict(params, data, output_kernel_matrix(pseudo, output_kernel, dtype), x, kernel)
+
+
+def predictive(params: KernelParams, pseudo: PseudoObservations, test_inputs, *, output_kernel=None,
+               kernel: Callable = rbf_kernel):
+    """The latent Gaussian at ``test_inputs`` for any data kind: :func:`block_predictive` for
+    vector pseudo-observations, :func:`~numpyro_lm.gp.regression.latent_predictive` for scalars."""
+    if pseudo.mean.ndim == 2:
+        return block_predictive(params, pseudo, test_inputs, output_kernel=output_kernel, kernel=kernel)
+    return latent_predictive(params, pseudo, test_inputs, kernel)
 
 
 @partial(jax.jit, static_argnums=(4,))

@@ -27,9 +27,9 @@ import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist
 
-from .blocks import block_predictive, joint_covariance
+from .blocks import joint_covariance, output_kernel_matrix, predictive
 from .pseudo import PseudoObservations
-from .regression import KernelParams, gaussian_process, latent_predictive, rbf_kernel
+from .regression import KernelParams, gaussian_process, rbf_kernel, start_lengthscales
 
 __all__ = ["pseudo_likelihood", "lm_gp_model", "predict_with_draws"]
 
@@ -52,14 +52,15 @@ def lm_gp_model(pseudo: PseudoObservations, kernel: Callable = rbf_kernel, outpu
                 mean_prior: Optional[dist.Distribution] = None):
     """The collapsed LM + GP model (module docstring): latent sites ``amplitude`` (one per output
     for covariances, one for the other kinds), ``lengthscale`` (one per input dimension) and ``mean``; default priors
-    LogNormal(0, 1), LogNormal(log of the inputs' SD, 1) and Normal(0, 3)."""
+    LogNormal(0, 1), LogNormal(the start of :func:`~numpyro_lm.gp.regression.start_lengthscales`, 1)
+    and Normal(0, 3)."""
     inputs = jnp.asarray(pseudo.inputs)
     d = inputs.shape[-1]
     block = pseudo.mean.ndim == 2
     outputs = pseudo.mean.shape[-1] if block else None
-    spread = jnp.log(jnp.std(inputs, axis=0) + 1e-6)
+    start = jnp.asarray(start_lengthscales(pseudo.inputs), inputs.dtype)
     with numpyro.plate("input_dims", d):
-        lengthscale = numpyro.sample("lengthscale", lengthscale_prior or dist.LogNormal(spread, 1.0))
+        lengthscale = numpyro.sample("lengthscale", lengthscale_prior or dist.LogNormal(start, 1.0))
     if block:
         with numpyro.plate("outputs", outputs):
             mean = numpyro.sample("mean", mean_prior or dist.Normal(0.0, 3.0))
@@ -72,7 +73,7 @@ def lm_gp_model(pseudo: PseudoObservations, kernel: Callable = rbf_kernel, outpu
     if not block:
         gp = gaussian_process(params, inputs, jnp.asarray(pseudo.noise), kernel)
         return numpyro.sample("pseudo", gp.numpyro_dist(), obs=jnp.asarray(pseudo.mean))
-    b = jnp.eye(outputs, dtype=inputs.dtype) if output_kernel is None else jnp.asarray(output_kernel, inputs.dtype)
+    b = output_kernel_matrix(pseudo, output_kernel, inputs.dtype)
     cov = joint_covariance(params, inputs, jnp.asarray(pseudo.noise), b, kernel)
     loc = jnp.broadcast_to(mean, pseudo.mean.shape).reshape(-1)
     return numpyro.sample("pseudo", dist.MultivariateNormal(loc, covariance_matrix=cov),
@@ -87,14 +88,9 @@ def predict_with_draws(samples: dict, pseudo: PseudoObservations, test_inputs, k
     and variance."""
     draws = KernelParams(jnp.log(jnp.asarray(samples["amplitude"])), jnp.log(jnp.asarray(samples["lengthscale"])),
                          jnp.asarray(samples["mean"]))
-    if pseudo.mean.ndim == 2:
-        def one(params):
-            return block_predictive(params, pseudo, test_inputs, output_kernel=output_kernel, kernel=kernel)
-    else:
-        def one(params):
-            return latent_predictive(params, pseudo, test_inputs, kernel)
     # one draw at a time (lax.map): a batch of draws would hold a Cholesky factor per draw
-    means, covs = jax.lax.map(one, draws)
+    means, covs = jax.lax.map(
+        lambda params: predictive(params, pseudo, test_inputs, output_kernel=output_kernel, kernel=kernel), draws)
     mean = means.mean(0)
     spread = means - mean
     outer = spread[..., :, None] * spread[..., None, :] if means.ndim == 3 else spread**2

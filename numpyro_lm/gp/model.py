@@ -14,9 +14,9 @@ from typing import Callable, NamedTuple, Optional
 import numpy as np
 
 from ..validation import check_count
-from .blocks import block_predictive, fit_block_hyperparameters
+from .blocks import fit_block_hyperparameters, predictive
 from .pseudo import BLOCK_KINDS, DATA_KINDS, pseudo_observations
-from .regression import fit_hyperparameters, latent_predictive, matched_predictive, rbf_kernel
+from .regression import fit_hyperparameters, matched_predictive, rbf_kernel
 
 __all__ = ["LMGP", "Prediction"]
 
@@ -92,10 +92,7 @@ class LMGP:
         if test.shape[1] != self.pseudo.inputs.shape[1]:
             raise ValueError(f"test_inputs have {test.shape[1]} dimensions, the training inputs "
                              f"{self.pseudo.inputs.shape[1]}")
-        if self.kind in BLOCK_KINDS:
-            mean, variance = block_predictive(self.params, self.pseudo, test, output_kernel=self.output_kernel,
-                                              kernel=self.kernel)
-        else:
-            mean, variance = latent_predictive(self.params, self.pseudo, test, self.kernel)
+        mean, variance = predictive(self.params, self.pseudo, test, output_kernel=self.output_kernel,
+                                    kernel=self.kernel)
         distribution = matched_predictive(self.kind, mean, variance)
         return Prediction(np.asarray(mean), np.asarray(variance), distribution, np.asarray(distribution.mean))
