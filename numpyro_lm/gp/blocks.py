@@ -139,8 +139,8 @@ def output_kernel_matrix(pseudo: PseudoObservations, output_kernel: Optional[np.
 
 
 def fit_block_hyperparameters(pseudo: PseudoObservations, init: Optional[KernelParams] = None, *,
-                              output_kernel=None, kernel: Callable = rbf_kernel, num_steps: int = 300,
-                              learning_rate: float = 0.05, search: Optional[str] = None, ard: bool = True):
+                              output_kernel=None, kernel: Callable = rbf_kernel, num_steps: int = 100,
+                              learning_rate: float = 0.1, search: Optional[str] = None, ard: bool = True):
     """``(params, log marginal likelihood per step)``: Adam on the negative log marginal likelihood
     of ``search`` (``"diagonal"`` or ``"exact"``, module docstring; default :func:`default_search`)."""
     search = default_search(pseudo.kind) if search is None else search

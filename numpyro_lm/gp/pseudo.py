@@ -80,6 +80,8 @@ class PseudoObservations(NamedTuple):
     :param params: the conjugate family's parameters per group (a dict of arrays with leading ``m``).
     :param size: ``(m,)`` data points per group.
     :param kind: the data kind (:data:`DATA_KINDS`).
+    :param eps: the prior's weight in ``params`` (``params`` less it are the groups' own
+        statistics: successes and failures, total counts, counts per category).
     """
 
     inputs: np.ndarray
@@ -88,6 +90,7 @@ class PseudoObservations(NamedTuple):
     params: dict
     size: np.ndarray
     kind: str
+    eps: float
 
 
 def group_labels(inputs: np.ndarray) -> np.ndarray:
@@ -192,4 +195,4 @@ def pseudo_observations(inputs, y, kind: str, labels: Optional[np.ndarray] = Non
     else:
         mean, noise = get_family(*DATA_KINDS[kind]).to_gaussian({k: jnp.asarray(v) for k, v in params.items()})
     return PseudoObservations(centre, np.asarray(mean, np.float64), np.asarray(noise, np.float64), params, size,
-                              kind)
+                              kind, eps)

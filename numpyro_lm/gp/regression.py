@@ -86,7 +86,7 @@ def log_marginal_likelihood(params: KernelParams, inputs, mean, noise, kernel: C
 
 
 def fit_hyperparameters(pseudo: PseudoObservations, init: KernelParams | None = None, *, kernel: Callable = rbf_kernel,
-                        num_steps: int = 300, learning_rate: float = 0.05, ard: bool = True):
+                        num_steps: int = 100, learning_rate: float = 0.1, ard: bool = True):
     """``(params, log marginal likelihood per step)``: Adam on the negative log marginal likelihood,
     from ``init`` or :func:`default_params` (one lengthscale per input dimension if ``ard``)."""
     init = default_params(pseudo, ard) if init is None else init
