@@ -1,5 +1,6 @@
 """LM + GP (numpyro_lm/gp/): pseudo-observations, the heteroskedastic GP, the matched predictive."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -14,6 +15,8 @@ from numpyro_lm.gp.pseudo import BLOCK_KINDS
 from numpyro_lm.gp.blocks import (block_log_marginal_likelihood, block_predictive, diagonal_log_marginal_likelihood,
                                   predictive)
 from numpyro_lm.gp.loo import group_statistics, leave_one_out, log_compound, loo_log_predictive
+from numpyro_lm.gp.refine import posterior_mean_at_groups, relinearise, relinearised_sites, site_log_likelihood
+from numpyro_lm.gp.regression import rbf_kernel
 
 X64 = pytest.mark.usefixtures("x64")  # closed forms compared to 1e-8; the end-to-end tests run in float32
 
@@ -430,3 +433,85 @@ def test_the_loo_search_beats_the_evidence_on_single_labels():
 def test_loo_is_refused_for_covariances_by_name():
     with pytest.raises(ValueError, match="search must be one of"):
         LMGP("covariance", search="loo")
+
+
+# ------------------------------------------------------------ Newton steps from the sites
+
+
+@X64
+@pytest.mark.parametrize("kind, y, labels", [
+    ("binary", np.array([0, 1, 1, 0, 1, 1]), np.arange(6) // 2),
+    ("counts", np.array([3, 0, 2, 5, 1, 4]), np.arange(6) // 2),
+    ("categorical", np.array([0, 1, 2, 0, 1, 2]), np.arange(6) // 2),
+    ("covariance", np.random.default_rng(7).normal(size=(6, 2)), np.arange(6) // 3),
+])
+def test_a_site_expanded_at_its_own_mode_is_laplace_matching(kind, y, labels):
+    pseudo = pseudo_observations(np.arange(6.0), y, kind, labels)
+    params = {k: jnp.asarray(v) for k, v in pseudo.params.items()}
+    mean, noise = relinearised_sites(kind, params, jnp.asarray(pseudo.mean))
+    np.testing.assert_allclose(mean, pseudo.mean, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(noise, pseudo.noise, rtol=1e-7, atol=1e-10)
+
+
+def _joint_log_posterior(kind, params, pseudo, f):
+    # log N(f; m, K (x) B~) + sum_g l_g(f_g), with f stacked group-major
+    from numpyro_lm.gp.blocks import _parts
+
+    x = jnp.asarray(pseudo.inputs)
+    if pseudo.mean.ndim == 1:
+        prior = rbf_kernel(params)(x, x)
+        centred = f - params.mean
+    else:
+        unit, scaled = _parts(params, jnp.eye(pseudo.mean.shape[1]), rbf_kernel)
+        prior = jnp.kron(unit(x, x), scaled)
+        centred = (f - params.mean).reshape(-1)
+    group = {k: jnp.asarray(v) for k, v in pseudo.params.items()}
+    likelihood = jnp.sum(jax.vmap(lambda p, v: site_log_likelihood(kind, p, v))(group, f))
+    return -0.5 * centred @ jnp.linalg.solve(prior, centred) + likelihood
+
+
+@X64
+@pytest.mark.parametrize("kind, y", [
+    ("binary", np.array([0, 1, 1, 0, 1, 1, 0, 0])),
+    ("counts", np.array([3, 0, 2, 5, 1, 4, 0, 7])),
+    ("categorical", np.array([0, 1, 2, 0, 1, 2, 2, 1])),
+])
+def test_newton_steps_reach_the_latent_gps_mode(kind, y):
+    # the fixed point: the gradient of the joint log posterior of the latent values vanishes at
+    # the GP's posterior mean on the re-expanded sites
+    x = np.linspace(-2, 2, 8)
+    pseudo = pseudo_observations(x, y, kind, np.arange(8))
+    d = pseudo.mean.shape[1] if pseudo.mean.ndim == 2 else None
+    params = KernelParams(jnp.asarray([0.5] if d else 0.5), jnp.asarray([0.0]),
+                          jnp.asarray(np.zeros(d) if d else 0.2))
+    sites, change = relinearise(pseudo, params, num_steps=20)
+    assert change[-1] < 1e-10
+    f = posterior_mean_at_groups(params, jnp.asarray(pseudo.inputs), jnp.asarray(sites.mean), jnp.asarray(sites.noise),
+                                 jnp.eye(d) if d else jnp.zeros(()), rbf_kernel)
+    grad = jax.grad(lambda v: _joint_log_posterior(kind, params, pseudo, v))(f)
+    assert np.max(np.abs(grad)) < 1e-8
+    # and Laplace Matching's own sites are not there: the steps did something
+    start = posterior_mean_at_groups(params, jnp.asarray(pseudo.inputs), jnp.asarray(pseudo.mean),
+                                     jnp.asarray(pseudo.noise), jnp.eye(d) if d else jnp.zeros(()), rbf_kernel)
+    assert np.max(np.abs(jax.grad(lambda v: _joint_log_posterior(kind, params, pseudo, v))(start))) > 1e-2
+
+
+def test_newton_steps_remove_the_pooled_bias_of_single_counts():
+    # 400 single Poisson counts of a smooth rate: each site sits at log(y + eps), biased low for
+    # small counts, and the GP pools that bias (measured: RMSE 0.65 of the rate, 28 % of the
+    # grid's true rates inside the central 95 % interval); at the Laplace GP's mode the bias is
+    # gone (measured: RMSE 0.13, 100 %: the 100 grid points are strongly correlated, so the
+    # share moves in large jumps and only its side of 0.8 is asserted)
+    rng = np.random.default_rng(8)
+    rate = lambda x: np.exp(0.5 + np.sin(2 * x))  # noqa: E731
+    x, grid = np.sort(rng.uniform(-3, 3, 400)), np.linspace(-2.8, 2.8, 100)
+    y = rng.poisson(rate(x)).astype(float)
+    scores = {}
+    for steps in (0, 10):
+        pred = LMGP("counts", newton_steps=steps).fit(x, y, np.arange(400)).predict(grid)
+        low, high = (stats.gamma.ppf(q, np.asarray(pred.distribution.concentration),
+                                     scale=1 / np.asarray(pred.distribution.rate)) for q in (0.025, 0.975))
+        truth = rate(grid)
+        scores[steps] = (np.sqrt(np.mean((pred.expected - truth) ** 2)), np.mean((truth > low) & (truth < high)))
+    assert scores[10][0] < 0.5 * scores[0][0]
+    assert scores[10][1] > 0.8 > scores[0][1]

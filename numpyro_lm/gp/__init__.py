@@ -4,16 +4,18 @@ or zero-mean vectors into heteroskedastic Gaussian pseudo-observations,
 :mod:`~numpyro_lm.gp.regression` (scalar) and :mod:`~numpyro_lm.gp.blocks` (a vector with a
 noise block per group) fit an ordinary GP to them and map its predictions back to the matched
 family, :mod:`~numpyro_lm.gp.loo` chooses the kernel by the data's leave-one-out predictive,
+:mod:`~numpyro_lm.gp.refine` re-expands the pseudo-observations at the GP's posterior mode,
 :class:`LMGP` holds one fit."""
 
-from .model import DEFAULT_SEARCH, LMGP, SEARCHES, Prediction
+from .model import DEFAULT_NEWTON_STEPS, DEFAULT_SEARCH, LMGP, SEARCHES, Prediction
+from .refine import relinearise
 from .loo import LOO_KINDS, fit_by_leave_one_out, leave_one_out
 from .blocks import block_predictive, fit_block_hyperparameters, predictive
 from .pseudo import BLOCK_KINDS, DATA_KINDS, EPS, PseudoObservations, group_labels, pseudo_observations
 from .regression import (KernelParams, default_params, fit_hyperparameters, latent_predictive,
                          log_marginal_likelihood, matched_predictive, rbf_kernel)
 
-__all__ = ["LMGP", "Prediction", "SEARCHES", "DEFAULT_SEARCH", "LOO_KINDS", "fit_by_leave_one_out", "leave_one_out",
+__all__ = ["LMGP", "Prediction", "SEARCHES", "DEFAULT_SEARCH", "DEFAULT_NEWTON_STEPS", "relinearise", "LOO_KINDS", "fit_by_leave_one_out", "leave_one_out",
            "BLOCK_KINDS", "DATA_KINDS", "EPS", "block_predictive", "fit_block_hyperparameters", "predictive", "PseudoObservations", "group_labels", "pseudo_observations",
            "KernelParams", "default_params", "fit_hyperparameters", "latent_predictive", "log_marginal_likelihood",
            "matched_predictive", "rbf_kernel"]

@@ -56,7 +56,8 @@ import numpy as np
 from ..bases import SymmetricMatrixExpTransform
 from ..families import get_family
 
-__all__ = ["DATA_KINDS", "BLOCK_KINDS", "EPS", "PseudoObservations", "pseudo_observations", "group_labels"]
+__all__ = ["DATA_KINDS", "BLOCK_KINDS", "EPS", "PseudoObservations", "pseudo_observations", "group_labels",
+           "covariance_log_likelihood"]
 
 EPS = {"binary": 0.01, "counts": 0.1, "categorical": 0.01, "covariance": 1.0}
 """Default prior weight :math:`\\epsilon` per data kind (thesis: a small value added to each
@@ -143,19 +144,19 @@ def _conjugate_params(kind, y, labels, m, size, eps, num_classes):
     return {"concentration": size + eps - p - 1, "scale_matrix": eps * pooled + scatter}
 
 
+def covariance_log_likelihood(count, scale, r):
+    """``-count/2 log|expm(S)| - tr(scale expm(S)^-1)/2`` at ``r = vech(S)``: a group's Gaussian
+    likelihood of its covariance ``expm(S)`` (module docstring)."""
+    sigma = SymmetricMatrixExpTransform()(r)
+    return -0.5 * count * jnp.linalg.slogdet(sigma)[1] - 0.5 * jnp.trace(jnp.linalg.solve(sigma, scale))
+
+
 @jax.jit
 def _covariance_likelihood_gaussian(count, scale):
-    """Mean and noise of the likelihood ``-count/2 log|expm(S)| - tr(scale expm(S)^-1)/2`` in ``vech(S)``."""
-    transform = SymmetricMatrixExpTransform()
-
+    """Mean and noise of :func:`covariance_log_likelihood`'s Laplace approximation at its mode."""
     def one(n, psi):
-        mode = transform.inv(psi / n)  # vech logm of the maximum-likelihood covariance
-
-        def log_likelihood(r):
-            sigma = transform(r)
-            return -0.5 * n * jnp.linalg.slogdet(sigma)[1] - 0.5 * jnp.trace(jnp.linalg.solve(sigma, psi))
-
-        return mode, jnp.linalg.inv(-jax.hessian(log_likelihood)(mode))
+        mode = SymmetricMatrixExpTransform().inv(psi / n)  # vech logm of the maximum-likelihood covariance
+        return mode, jnp.linalg.inv(-jax.hessian(lambda r: covariance_log_likelihood(n, psi, r))(mode))
 
     return jax.vmap(one)(count, scale)
 
