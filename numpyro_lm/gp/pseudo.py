@@ -28,7 +28,8 @@ Laplace Matching maps to a Gaussian ``N(mean, noise)`` in the family's basis:
   (its ``params``) as a function of :math:`\Sigma`, without the basis' Jacobian, as the Beta in
   the logit basis is the Bernoulli likelihood: a likelihood, which the GP needs, not a
   density. The thesis used the sqrtm basis (section 3.5.4); measured on the benchmark's
-  drifting covariance (235 months of 21 vectors, p = 4), its noise grows with the value, so
+  drifting covariance (235 months of 21 vectors, p = 4; without Newton steps and with
+  :math:`\epsilon = 1`), its noise grows with the value, so
   the GP's precision weights favour low months and its pooled estimate of :math:`R`'s
   diagonal fell 10 % low while its SD shrank to a sixth of a month's (RMSE 0.046 and 43 % of
   the true entries within 2 SD, against 0.024 and 79 % in the log basis, whose noise is
