@@ -2,7 +2,8 @@
 
 ``LMGP(kind).fit(x, y)`` turns the data into Gaussian pseudo-observations by Laplace Matching
 (a Beta, Dirichlet, Gamma or inverse Wishart per group of points, in its Gaussian basis),
-fits an ordinary GP to them (kernel hyperparameters by marginal likelihood) and maps each
+fits an ordinary GP to them (the kernel by the labels' leave-one-out predictive or the
+evidence; for counts and covariances Newton steps towards the Laplace GP) and maps each
 prediction back to the matched family: a Beta over a probability, a Dirichlet over class
 probabilities, a Gamma over a rate, an inverse Wishart over a covariance matrix.
 

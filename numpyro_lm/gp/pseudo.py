@@ -60,9 +60,12 @@ from ..families import get_family
 __all__ = ["DATA_KINDS", "BLOCK_KINDS", "EPS", "PseudoObservations", "pseudo_observations", "group_labels",
            "covariance_log_likelihood"]
 
-EPS = {"binary": 0.01, "counts": 0.1, "categorical": 0.01, "covariance": 1.0}
+EPS = {"binary": 0.01, "counts": 0.1, "categorical": 0.01, "covariance": 0.1}
 """Default prior weight :math:`\\epsilon` per data kind (thesis: a small value added to each
-Beta parameter; its effect is measured in the LM + GP benchmark)."""
+Beta parameter; its effect is measured in the LM + GP benchmark). For covariances each unit of
+it is one extra vector at the pooled covariance in every group, a bias towards the pooled
+value that the GP's pooling does not undo: with 1.0 instead of 0.1, 91 % instead of 94 % of
+the benchmark's true entries fell within 2 SD."""
 
 DATA_KINDS = {"binary": ("beta", "logit"), "counts": ("gamma", "log"), "categorical": ("dirichlet", "softmax"),
               "covariance": ("inverse_wishart", "logm")}
