@@ -57,7 +57,7 @@ from numpyro.infer import MCMC  # noqa: E402
 from numpyro_lm import EllipticalSlice, LaplaceMatching  # noqa: E402
 from numpyro.distributions.transforms import ZeroSumTransform  # noqa: E402
 
-from numpyro_lm.gp import DEFAULT_SEARCH, EPS, LMGP, matched_predictive, pseudo_observations, rbf_kernel  # noqa: E402
+from numpyro_lm.gp import EPS, LMGP, default_choices, matched_predictive, pseudo_observations, rbf_kernel  # noqa: E402
 from numpyro_lm.gp.blocks import predictive  # noqa: E402
 from numpyro_lm.gp.pseudo import covariance_log_likelihood  # noqa: E402
 from numpyro_lm.gp.refine import relinearise  # noqa: E402
@@ -275,8 +275,8 @@ def lm_gp_row(kind, label, x, y, xt, labels, score, **options):
 
     def solve():
         pseudo = pseudo_observations(x, y, kind, labels, model.eps, model.num_classes)
-        if model.newton_steps:
-            pseudo = relinearise(pseudo, model.params, num_steps=model.newton_steps)[0]
+        if model.choices.newton_steps:
+            pseudo = relinearise(pseudo, model.params, num_steps=model.choices.newton_steps)[0]
         return predictive(model.params, pseudo, xt)[0]
 
     return (label, cold, warm, timed(solve)[0], score(pred)), model
@@ -309,7 +309,8 @@ def run_binary():
     x, y, xt, yt = breast_cancer()
     score = lambda pred: binary_scores(np.asarray(pred.expected), yt)  # noqa: E731
     every, _ = lm_gp_row("binary", "LM+GP, every point (default: loo kernel)", x, y, xt, None, score)
-    grouped, _ = lm_gp_row("binary", "LM+GP, 50 k-means groups (default)", x, y, xt, kmeans_labels(x, 50), score)
+    grouped, _ = lm_gp_row("binary", "LM+GP, 50 k-means groups (default: evidence, 10 Newton steps)", x, y, xt,
+                           kmeans_labels(x, 50), score)
     same, params = same_kernel_rows("binary", x, y, xt, None, score)
     draws_score = lambda f: binary_scores(np.mean(1 / (1 + np.exp(-f)), axis=0), yt)  # noqa: E731
     return [every, grouped] + same + references(params, x, y, xt, "logit", draws_score)
@@ -408,8 +409,10 @@ def search_comparison():
     the pseudo-observations' evidence): breast cancer, iris and wine (every point), counts (100
     k-means groups) and breast cancer on 50 k-means groups."""
     lines = ["**the kernel search** (LM + GP alone: loo, the data's leave-one-out predictive; exact, the "
-             "pseudo-observations' marginal likelihood; the default in bold)", "",
-             "| data | search | accuracy or RMSE | NLL or coverage95 | ECE |", "|---|---|---|---|---|"]
+             "pseudo-observations' marginal likelihood, each with its default Newton steps; the default search "
+             "in bold)", "",
+             "| data | search | Newton steps | accuracy or RMSE | NLL or coverage95 | ECE |",
+             "|---|---|---|---|---|---|"]
     x, y, xt, yt = breast_cancer()
     cases = [("breast cancer, every point", "binary", x, y, xt, np.arange(len(y)), {},
               lambda pred, yt=yt: binary_scores(np.asarray(pred.expected), yt)),
@@ -423,11 +426,14 @@ def search_comparison():
     cases.append(("counts, 100 k-means groups", "counts", xp, yp, xtp, kmeans_labels(xp, 100), {},
                   lambda pred: count_score(pred, truth)))
     for label, kind, xs, ys, xts, groups, options, score in cases:
+        default = default_choices(pseudo_observations(xs, ys, kind, groups, None, options.get("num_classes")))
         for search in ("loo", "exact"):
-            scores = score(LMGP(kind, search=search, **options).fit(xs, ys, groups).predict(xts))
+            model = LMGP(kind, search=search, **options).fit(xs, ys, groups)
+            scores = score(model.predict(xts))
             values = list(scores.values()) + ([float("nan")] if len(scores) == 2 else [])
-            shown = f"**{search}**" if search == DEFAULT_SEARCH[kind] else search
-            lines.append(f"| {label} | {shown} | " + " | ".join(f"{v:.3f}" for v in values) + " |")
+            shown = f"**{search}**" if search == default.search else search
+            lines.append(f"| {label} | {shown} | {model.choices.newton_steps} | "
+                         + " | ".join(f"{v:.3f}" for v in values) + " |")
     return lines
 
 

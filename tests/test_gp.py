@@ -14,6 +14,7 @@ from numpyro_lm.gp.component import lm_gp_model, predict_with_draws, pseudo_like
 from numpyro_lm.gp.pseudo import BLOCK_KINDS
 from numpyro_lm.gp.blocks import (block_log_marginal_likelihood, block_predictive, diagonal_log_marginal_likelihood,
                                   predictive)
+from numpyro_lm.gp.model import default_choices
 from numpyro_lm.gp.loo import group_statistics, leave_one_out, log_compound, loo_log_predictive
 from numpyro_lm.gp.refine import posterior_mean_at_groups, relinearise, relinearised_sites, site_log_likelihood
 from numpyro_lm.gp.regression import rbf_kernel
@@ -424,7 +425,8 @@ def test_the_loo_search_beats_the_evidence_on_single_labels():
     y, yt = (rng.uniform(size=60) < truth(x)).astype(float), (rng.uniform(size=400) < truth(xt)).astype(float)
     scores = {}
     for search in ("loo", "exact"):
-        p = np.clip(LMGP("binary", search=search).fit(x, y, np.arange(60)).predict(xt).expected, 1e-6, 1 - 1e-6)
+        p = np.clip(LMGP("binary", search=search, newton_steps=0).fit(x, y, np.arange(60)).predict(xt).expected,
+                    1e-6, 1 - 1e-6)
         scores[search] = (-np.mean(yt * np.log(p) + (1 - yt) * np.log(1 - p)), np.mean((p > 0.5) == yt))
     assert scores["loo"][0] < scores["exact"][0] - 0.06
     assert scores["loo"][1] > scores["exact"][1] + 0.1
@@ -515,3 +517,17 @@ def test_newton_steps_remove_the_pooled_bias_of_single_counts():
         scores[steps] = (np.sqrt(np.mean((pred.expected - truth) ** 2)), np.mean((truth > low) & (truth < high)))
     assert scores[10][0] < 0.5 * scores[0][0]
     assert scores[10][1] > 0.8 > scores[0][1]
+
+
+@pytest.mark.parametrize("kind, y, labels, expected", [
+    ("binary", np.array([0, 1, 1, 0, 1, 0]), np.arange(6), ("loo", 0)),
+    ("binary", np.array([0, 1, 1, 0, 1, 0]), np.arange(6) // 2, ("exact", 10)),
+    ("categorical", np.array([0, 1, 2, 0, 1, 2]), np.arange(6), ("loo", 0)),
+    ("counts", np.array([3, 0, 2, 5, 1, 4]), np.arange(6), ("exact", 10)),
+    ("covariance", np.random.default_rng(9).normal(size=(6, 2)), np.arange(6) // 3, ("diagonal", 10)),
+])
+def test_the_default_choices_follow_the_kind_and_the_groups(kind, y, labels, expected):
+    pseudo = pseudo_observations(np.arange(6.0), y, kind, labels)
+    assert tuple(default_choices(pseudo)) == expected
+    assert default_choices(pseudo, search="exact").newton_steps == 10  # Newton steps follow the search
+    assert default_choices(pseudo, newton_steps=3).newton_steps == 3

@@ -7,7 +7,7 @@ family, :mod:`~numpyro_lm.gp.loo` chooses the kernel by the data's leave-one-out
 :mod:`~numpyro_lm.gp.refine` re-expands the pseudo-observations at the GP's posterior mode,
 :class:`LMGP` holds one fit."""
 
-from .model import DEFAULT_NEWTON_STEPS, DEFAULT_SEARCH, LMGP, SEARCHES, Prediction
+from .model import LMGP, SEARCHES, Choices, Prediction, default_choices
 from .refine import relinearise
 from .loo import LOO_KINDS, fit_by_leave_one_out, leave_one_out
 from .blocks import block_predictive, fit_block_hyperparameters, predictive
@@ -15,7 +15,7 @@ from .pseudo import BLOCK_KINDS, DATA_KINDS, EPS, PseudoObservations, group_labe
 from .regression import (KernelParams, default_params, fit_hyperparameters, latent_predictive,
                          log_marginal_likelihood, matched_predictive, rbf_kernel)
 
-__all__ = ["LMGP", "Prediction", "SEARCHES", "DEFAULT_SEARCH", "DEFAULT_NEWTON_STEPS", "relinearise", "LOO_KINDS", "fit_by_leave_one_out", "leave_one_out",
+__all__ = ["LMGP", "Prediction", "SEARCHES", "Choices", "default_choices", "relinearise", "LOO_KINDS", "fit_by_leave_one_out", "leave_one_out",
            "BLOCK_KINDS", "DATA_KINDS", "EPS", "block_predictive", "fit_block_hyperparameters", "predictive", "PseudoObservations", "group_labels", "pseudo_observations",
            "KernelParams", "default_params", "fit_hyperparameters", "latent_predictive", "log_marginal_likelihood",
            "matched_predictive", "rbf_kernel"]

@@ -32,7 +32,7 @@ proper scoring rule, which a too-small amplitude (underconfidence) and a too-lar
 
 One step costs a Cholesky factor and a triangular inverse of the ``mD x mD`` matrix (about
 twice the marginal likelihood's). Covariances have no data-level compound here; they keep
-the marginal likelihood (:data:`~numpyro_lm.gp.model.DEFAULT_SEARCH`).
+the marginal likelihood (:func:`~numpyro_lm.gp.model.default_choices`).
 """
 
 from __future__ import annotations
