@@ -40,6 +40,7 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/trust.py
 	$(PY) benchmarks/third_party.py
 	$(PY) benchmarks/lm_gp.py
+	$(PY) benchmarks/bnn_bridge.py
 	$(PY) benchmarks/scale.py
 
 clean:

@@ -25,6 +25,7 @@ which gives the uncertainty-aware top-k rule of the thesis (Algorithm 4).
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpyro.distributions as dist
 
@@ -32,6 +33,7 @@ from .quantiles import beta_logit_quantile
 
 __all__ = [
     "dirichlet_from_zero_sum_gaussian",
+    "log_dirichlet_from_zero_sum_gaussian",
     "condition_zero_sum",
     "lb_norm",
     "laplace_bridge",
@@ -48,9 +50,18 @@ def dirichlet_from_zero_sum_gaussian(mean, var):
     ``var`` is the diagonal of the covariance (the bridge ignores the rest). Exact inverse
     of the Dirichlet's Laplace approximation in the softmax basis.
     """
+    return jnp.exp(log_dirichlet_from_zero_sum_gaussian(mean, var))
+
+
+def log_dirichlet_from_zero_sum_gaussian(mean, var):
+    """``log alpha`` of :func:`dirichlet_from_zero_sum_gaussian`, without overflow:
+    :math:`e^{\mu_k}\sum_l e^{-\mu_l} = \exp(\mu_k + \mathrm{logsumexp}(-\mu))` stays in
+    logs, so logits far apart (a ReLU network away from its data) give finite class
+    probabilities ``softmax(log alpha)`` where ``alpha`` itself overflows float32."""
     k = mean.shape[-1]
-    sum_exp_neg = jnp.sum(jnp.exp(-mean), axis=-1, keepdims=True)
-    return (1.0 - 2.0 / k + jnp.exp(mean) * sum_exp_neg / k**2) / var
+    log_cross = mean + jax.scipy.special.logsumexp(-mean, axis=-1, keepdims=True) - 2.0 * jnp.log(k)
+    floor = jnp.log(jnp.maximum(1.0 - 2.0 / k, 0.0))  # -inf for two classes: logaddexp keeps the other term
+    return jnp.logaddexp(floor, log_cross) - jnp.log(var)
 
 
 def _as_cov(mean, cov):

@@ -204,3 +204,14 @@ def test_last_layer_laplace_on_a_trained_softmax_regression():
     far = rng.normal(size=(200, 2)) * 0.3 + np.array([6.0, 6.0])
     ood = lll.predict(far)
     assert metrics.auroc(metrics.confidence(pred.probabilities), metrics.confidence(ood.probabilities)) > 0.7
+
+
+def test_the_bridge_stays_finite_where_the_logits_are_far_apart():
+    # a ReLU network far from its data: logits 200 apart overflow exp() in float32; the class
+    # probabilities come from log alpha and stay finite (the top class's probability 1)
+    mean = jnp.asarray([[150.0, -50.0], [120.0, 0.0]], jnp.float32)
+    var = jnp.asarray([[4.0, 4.0], [1.0, 2.0]], jnp.float32)
+    for method in ("bridge", "bridge_zero_sum", "lb_norm"):
+        p = class_probabilities(mean, var, method).probabilities
+        assert np.all(np.isfinite(p)), method
+        np.testing.assert_allclose(p[:, 0], 1.0, atol=1e-6)

@@ -25,7 +25,7 @@ from typing import NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from ..bridge import _as_cov, condition_zero_sum, dirichlet_from_zero_sum_gaussian
+from ..bridge import _as_cov, condition_zero_sum, log_dirichlet_from_zero_sum_gaussian
 
 __all__ = ["PREDICTIVES", "ClassPredictive", "class_probabilities"]
 
@@ -71,5 +71,6 @@ def class_probabilities(mean, cov, method: str = "bridge_zero_sum", *, num_sampl
         mean, cov = _lb_norm(mean, cov, jnp.mean)
     elif method == "lb_norm_sum":
         mean, cov = _lb_norm(mean, cov, jnp.sum)
-    alpha = dirichlet_from_zero_sum_gaussian(mean, jnp.diagonal(cov, axis1=-2, axis2=-1))
-    return ClassPredictive(alpha / jnp.sum(alpha, -1, keepdims=True), alpha)
+    log_alpha = log_dirichlet_from_zero_sum_gaussian(mean, jnp.diagonal(cov, axis1=-2, axis2=-1))
+    # the probabilities from the logs: alpha overflows float32 where the logits are far apart
+    return ClassPredictive(jax.nn.softmax(log_alpha, -1), jnp.exp(log_alpha))
