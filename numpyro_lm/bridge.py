@@ -54,7 +54,7 @@ def dirichlet_from_zero_sum_gaussian(mean, var):
 
 
 def log_dirichlet_from_zero_sum_gaussian(mean, var):
-    """``log alpha`` of :func:`dirichlet_from_zero_sum_gaussian`, without overflow:
+    r"""``log alpha`` of :func:`dirichlet_from_zero_sum_gaussian`, without overflow:
     :math:`e^{\mu_k}\sum_l e^{-\mu_l} = \exp(\mu_k + \mathrm{logsumexp}(-\mu))` stays in
     logs, so logits far apart (a ReLU network away from its data) give finite class
     probabilities ``softmax(log alpha)`` where ``alpha`` itself overflows float32."""

@@ -60,8 +60,9 @@ def _logit_beta_quantile(a, b, u):
     x = special.betaincinv(a, b, u)  # accurate when x is small
     y = special.betaincinv(b, a, 1.0 - u)  # 1 - x, accurate when x is near one
     log_beta = special.betaln(a, b)
-    log_x = np.where(x > _TINY, np.log(np.maximum(x, _TINY)), (np.log(u) + np.log(a) + log_beta) / a)
-    log_y = np.where(y > _TINY, np.log(np.maximum(y, _TINY)), (np.log1p(-u) + np.log(b) + log_beta) / b)
+    with np.errstate(divide="ignore", invalid="ignore"):  # np.where evaluates the branch it discards too
+        log_x = np.where(x > _TINY, np.log(np.maximum(x, _TINY)), (np.log(u) + np.log(a) + log_beta) / a)
+        log_y = np.where(y > _TINY, np.log(np.maximum(y, _TINY)), (np.log1p(-u) + np.log(b) + log_beta) / b)
     return np.where(x < 0.5, log_x - np.log1p(-np.minimum(x, 0.5)), np.log1p(-np.minimum(y, 0.5)) - log_y)
 
 
