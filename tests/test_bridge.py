@@ -48,10 +48,12 @@ def test_bridge_inverts_the_dirichlet_laplace_map_with_and_without_correction():
 
 def test_lb_norm_rescales_and_keeps_zero_sum():
     mean, cov = condition_zero_sum(*_random_gaussian(4, seed=1))
-    m, c = lb_norm(mean, cov)
-    scale = jnp.trace(cov) / jnp.sqrt(4 / 2)
-    np.testing.assert_allclose(m, mean / jnp.sqrt(scale), rtol=1e-12)
-    np.testing.assert_allclose(c, cov / scale, rtol=1e-12)
+    for reduce, scale in (("mean", jnp.trace(cov) / 4 / jnp.sqrt(4 / 2)), ("sum", jnp.trace(cov) / jnp.sqrt(4 / 2))):
+        m, c = lb_norm(mean, cov, reduce)
+        np.testing.assert_allclose(m, mean / jnp.sqrt(scale), rtol=1e-12)
+        np.testing.assert_allclose(c, cov / scale, rtol=1e-12)
+    with pytest.raises(ValueError, match="scale must be one of"):
+        lb_norm(mean, cov, "median")
     np.testing.assert_allclose(jnp.sum(m), 0.0, atol=1e-12)
     alpha = laplace_bridge(mean, cov, "lb_norm")
     assert bool(jnp.all(alpha > 0))

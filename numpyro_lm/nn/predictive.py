@@ -25,7 +25,7 @@ from typing import NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from ..bridge import _as_cov, condition_zero_sum, log_dirichlet_from_zero_sum_gaussian
+from ..bridge import _as_cov, condition_zero_sum, lb_norm, log_dirichlet_from_zero_sum_gaussian
 
 __all__ = ["PREDICTIVES", "ClassPredictive", "class_probabilities"]
 
@@ -37,13 +37,6 @@ class ClassPredictive(NamedTuple):
 
     probabilities: jax.Array
     concentration: Optional[jax.Array]
-
-
-def _lb_norm(mean, cov, reduce):
-    k = mean.shape[-1]
-    variances = jnp.diagonal(cov, axis1=-2, axis2=-1)
-    c = reduce(variances, axis=-1, keepdims=True) / jnp.sqrt(k / 2.0)
-    return mean / jnp.sqrt(c), cov / c[..., None]
 
 
 def class_probabilities(mean, cov, method: str = "bridge_zero_sum", *, num_samples: int = 1000,
@@ -67,10 +60,8 @@ def class_probabilities(mean, cov, method: str = "bridge_zero_sum", *, num_sampl
         return ClassPredictive(jax.nn.softmax(mean / jnp.sqrt(1.0 + jnp.pi / 8.0 * variances), -1), None)
     if method != "bridge":
         mean, cov = condition_zero_sum(mean, cov)
-    if method == "lb_norm":
-        mean, cov = _lb_norm(mean, cov, jnp.mean)
-    elif method == "lb_norm_sum":
-        mean, cov = _lb_norm(mean, cov, jnp.sum)
+    if method in ("lb_norm", "lb_norm_sum"):
+        mean, cov = lb_norm(mean, cov, "sum" if method == "lb_norm_sum" else "mean")
     log_alpha = log_dirichlet_from_zero_sum_gaussian(mean, jnp.diagonal(cov, axis1=-2, axis2=-1))
     # the probabilities from the logs: alpha overflows float32 where the logits are far apart
     return ClassPredictive(jax.nn.softmax(log_alpha, -1), jnp.exp(log_alpha))
