@@ -39,7 +39,6 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import solve_triangular
