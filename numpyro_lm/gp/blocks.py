@@ -54,7 +54,7 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 from .pseudo import PseudoObservations
 from .regression import KernelParams, latent_predictive, maximise_by_adam, rbf_kernel, start_lengthscales
 
-__all__ = ["default_block_params", "joint_covariance", "block_log_marginal_likelihood",
+__all__ = ["default_block_params", "joint_covariance", "observation_covariance", "block_log_marginal_likelihood",
            "diagonal_log_marginal_likelihood", "SEARCHES", "default_search", "output_kernel_matrix",
            "fit_block_hyperparameters", "block_predictive", "predictive"]
 
@@ -87,6 +87,15 @@ def joint_covariance(params, inputs, noise, output_kernel, kernel):
     prior = jnp.kron(unit(inputs, inputs), output_kernel)
     blocks = jnp.einsum("gh,gij->gihj", jnp.eye(m, dtype=noise.dtype), noise).reshape(m * d, m * d)
     return prior + blocks
+
+
+def observation_covariance(params, inputs, noise, output_kernel, kernel):
+    r"""The pseudo-observations' covariance :math:`A` for either shape of noise: ``(m,)`` variances
+    (:math:`K_\theta + \mathrm{diag}(\sigma^2)`, ``output_kernel`` unused) or ``(m, D, D)`` blocks
+    (:func:`joint_covariance`)."""
+    if noise.ndim == 1:
+        return kernel(params)(inputs, inputs) + jnp.diag(noise)
+    return joint_covariance(params, inputs, noise, output_kernel, kernel)
 
 
 def block_log_marginal_likelihood(params: KernelParams, inputs, mean, noise, output_kernel,

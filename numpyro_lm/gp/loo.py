@@ -45,7 +45,7 @@ from jax.scipy.linalg import solve_triangular
 from jax.scipy.special import betaln, gammaln
 
 from ..families import get_family
-from .blocks import default_block_params, joint_covariance, output_kernel_matrix
+from .blocks import default_block_params, observation_covariance, output_kernel_matrix
 from .pseudo import DATA_KINDS, PseudoObservations
 from .regression import KernelParams, default_params, maximise_by_adam, rbf_kernel
 
@@ -109,12 +109,11 @@ def _objective(kind):
     family = get_family(*DATA_KINDS[kind])
 
     def objective(params: KernelParams, inputs, mean, noise, stats, output_kernel, kernel: Callable = rbf_kernel):
+        covariance = observation_covariance(params, inputs, noise, output_kernel, kernel)
         if mean.ndim == 1:  # scalar pseudo-observations: blocks of one
-            covariance = kernel(params)(inputs, inputs) + jnp.diag(noise)
             offset, cov = leave_one_out(covariance, (mean - params.mean)[:, None], noise[:, None, None])
             latent = (mean + offset[:, 0], jnp.maximum(cov[:, 0, 0], _TINY))
         else:
-            covariance = joint_covariance(params, inputs, noise, output_kernel, kernel)
             offset, cov = leave_one_out(covariance, mean - params.mean, noise)
             # the bridge reads the lifted diagonal only; a floor keeps it positive after rounding
             d = cov.shape[-1]

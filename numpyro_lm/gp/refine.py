@@ -42,7 +42,7 @@ import numpy as np
 from jax.scipy.linalg import cho_solve
 from numpyro.distributions.transforms import ZeroSumTransform
 
-from .blocks import _parts, joint_covariance, output_kernel_matrix
+from .blocks import observation_covariance, output_kernel_matrix
 from .pseudo import PseudoObservations, covariance_log_likelihood
 from .regression import KernelParams, rbf_kernel
 
@@ -77,16 +77,14 @@ def relinearised_sites(kind: str, params: dict, f):
 
 
 def posterior_mean_at_groups(kernel_params: KernelParams, inputs, mean, noise, output_kernel, kernel: Callable):
-    r""":math:`\hat f = m + (K \otimes \tilde B)\, A^{-1}(\mathbf{y} - 1 \otimes m)` at the groups' own inputs."""
+    r""":math:`\hat f = m + (K \otimes \tilde B)\, \alpha` at the groups' own inputs,
+    :math:`\alpha = A^{-1}(\mathbf{y} - 1 \otimes m)`; since :math:`A = K \otimes \tilde B +
+    \mathrm{blockdiag}(S_g)`, that is :math:`\hat f_g = \mu_g - S_g \alpha_g`."""
+    chol = jnp.linalg.cholesky(observation_covariance(kernel_params, inputs, noise, output_kernel, kernel))
+    alpha = cho_solve((chol, True), (mean - kernel_params.mean).reshape(-1)).reshape(mean.shape)
     if mean.ndim == 1:
-        prior = kernel(kernel_params)(inputs, inputs)
-        chol = jnp.linalg.cholesky(prior + jnp.diag(noise))
-        return kernel_params.mean + prior @ cho_solve((chol, True), mean - kernel_params.mean)
-    m, d = mean.shape
-    chol = jnp.linalg.cholesky(joint_covariance(kernel_params, inputs, noise, output_kernel, kernel))
-    alpha = cho_solve((chol, True), (mean - kernel_params.mean).reshape(-1)).reshape(m, d)
-    unit, scaled = _parts(kernel_params, output_kernel, kernel)
-    return kernel_params.mean + (unit(inputs, inputs) @ alpha) @ scaled.T
+        return mean - noise * alpha
+    return mean - jnp.einsum("gab,gb->ga", noise, alpha)
 
 
 @partial(jax.jit, static_argnums=(0, 1, 2))
