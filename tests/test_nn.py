@@ -215,3 +215,29 @@ def test_the_bridge_stays_finite_where_the_logits_are_far_apart():
         p = class_probabilities(mean, var, method).probabilities
         assert np.all(np.isfinite(p)), method
         np.testing.assert_allclose(p[:, 0], 1.0, atol=1e-6)
+
+
+def test_an_equinox_network_plugs_in_by_its_feature_layers_and_last_linear():
+    # an equinox MLP: its hidden layers are the feature function, its last Linear the last
+    # layer (equinox stores the weight (K, D): pass the transpose); the logit mean is the
+    # network's own output
+    import equinox as eqx  # installed with tinygp, a core dependency: no skip
+
+    net = eqx.nn.MLP(4, 3, width_size=8, depth=2, activation=jnp.tanh, key=jax.random.PRNGKey(0))
+
+    def feature_fn(x):
+        def one(v):
+            for layer in net.layers[:-1]:
+                v = net.activation(layer(v))
+            return v
+        return jax.vmap(one)(jnp.asarray(x, jnp.float32))
+
+    rng = np.random.default_rng(6)
+    x, y = rng.normal(size=(50, 4)), rng.integers(0, 3, 50)
+    last = net.layers[-1]
+    lll = LastLayerLaplace(feature_fn, last.weight.T, last.bias).fit(x, y)
+    mean, cov = lll.logits(x[:5])
+    np.testing.assert_allclose(mean, jax.vmap(net)(jnp.asarray(x[:5], jnp.float32)), rtol=1e-5, atol=1e-6)
+    assert cov.shape == (5, 3, 3) and np.all(np.linalg.eigvalsh(np.asarray(cov, np.float64)) > 0)
+    with pytest.raises(ValueError, match="pass its transpose"):
+        LastLayerLaplace(feature_fn, last.weight, last.bias).fit(x, y)
