@@ -102,10 +102,17 @@ def test_bad_shapes_are_refused_by_name():
         fit_last_layer(features, labels, weight, bias[:2])
     with pytest.raises(ValueError, match="labels must be"):
         fit_last_layer(features, labels.astype(float), weight, bias)
+    with pytest.raises(ValueError, match="class indices 0..3"):
+        fit_last_layer(features, labels.at[0].set(4), weight, bias)
+    with pytest.raises(ValueError, match="features hold 1 values that are not finite"):
+        fit_last_layer(features.at[2, 1].set(jnp.nan), labels, weight, bias)
     with pytest.raises(ValueError, match="structure must be"):
         LastLayerLaplace(lambda x: x, weight, bias, structure="block")
     with pytest.raises(RuntimeError, match="fit"):
         LastLayerLaplace(lambda x: x, weight, bias).predict(features)
+    fitted = LastLayerLaplace(lambda x: x, weight, bias).fit(features, labels)
+    with pytest.raises(ValueError, match="not finite"):
+        fitted.predict(features.at[0, 0].set(jnp.inf))
 
 
 # ------------------------------------------------------------------ predictives

@@ -140,6 +140,15 @@ def fit_last_layer(features, labels, weight, bias, *, structure: str = "kron",
     if labels.shape != features.shape[:1] or not jnp.issubdtype(labels.dtype, jnp.integer):
         raise ValueError(f"labels must be ({features.shape[0]},) integer class indices, not {labels.dtype} "
                          f"{labels.shape}")
+    k = weight.shape[1]
+    if labels.size and not (int(labels.min()) >= 0 and int(labels.max()) < k):
+        raise ValueError(f"labels must be class indices 0..{k - 1} (the weight has {k} columns); they run "
+                         f"{int(labels.min())}..{int(labels.max())}")
+    for name, value in (("features", features), ("weight", weight), ("bias", bias)):
+        bad = int(jnp.sum(~jnp.isfinite(value)))
+        if bad:
+            raise ValueError(f"{name} hold {bad} values that are not finite: check the inputs and the feature "
+                             "function (a NaN here would make every prior precision look alike)")
     phi = augment(features)
     w = jnp.concatenate([weight, bias[None, :]], 0)
     curv = curvature(phi, w, structure)

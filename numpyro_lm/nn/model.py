@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 import jax
+import jax.numpy as jnp
 
 from .last_layer import STRUCTURES, LastLayerPosterior, fit_last_layer, logit_gaussian
 from .predictive import PREDICTIVES, ClassPredictive, class_probabilities
@@ -51,7 +52,14 @@ class LastLayerLaplace:
         """``(mean (n, K), cov (n, K, K))``: the Gaussian over the logits at ``x``."""
         if self.posterior is None:
             raise RuntimeError("call fit() first")
-        return self._logits(self.posterior, x)
+        mean, cov = self._logits(self.posterior, x)
+        if isinstance(mean, jax.core.Tracer):  # inside the user's jit: no value to check
+            return mean, cov
+        bad = int(jnp.sum(~jnp.isfinite(mean)) + jnp.sum(~jnp.isfinite(cov)))
+        if bad:
+            raise ValueError(f"the logit Gaussian at x holds {bad} values that are not finite: check x and the "
+                             "feature function")
+        return mean, cov
 
     def predict(self, x, method: str = "bridge_zero_sum", *, num_samples: int = 1000,
                 rng_key=None) -> ClassPredictive:
