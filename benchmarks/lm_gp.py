@@ -61,6 +61,7 @@ from numpyro_lm.gp import EPS, LMGP, default_choices, matched_predictive, pseudo
 from numpyro_lm.gp.blocks import predictive  # noqa: E402
 from numpyro_lm.gp.pseudo import covariance_log_likelihood  # noqa: E402
 from numpyro_lm.gp.refine import relinearise  # noqa: E402
+from numpyro_lm.nn import metrics  # noqa: E402
 from numpyro_lm.bases import SymmetricMatrixExpTransform  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -241,13 +242,8 @@ def binary_scores(p, y):
 def categorical_scores(p, y):
     """Accuracy, NLL and ECE (10 bins of the top class's probability) of ``(n, K)`` class probabilities."""
     p = np.clip(p, 1e-9, 1.0)
-    confidence, predicted = p.max(1), p.argmax(1)
-    correct = (predicted == y).astype(float)
-    bins = np.minimum(confidence * 10, 9).astype(int)
-    ece = sum(np.sum(bins == b) / len(y) * abs(np.mean(correct[bins == b]) - np.mean(confidence[bins == b]))
-              for b in range(10) if np.any(bins == b))
-    return {"accuracy": float(np.mean(correct)), "nll": float(-np.mean(np.log(p[np.arange(len(y)), y]))),
-            "ece": float(ece)}
+    return {"accuracy": float(np.mean(p.argmax(1) == y)), "nll": float(-np.mean(np.log(p[np.arange(len(y)), y]))),
+            "ece": metrics.ece(p, y)}
 
 
 def count_scores(rate_mean, low, high, truth):
