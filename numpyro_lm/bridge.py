@@ -35,6 +35,7 @@ __all__ = [
     "dirichlet_from_zero_sum_gaussian",
     "log_dirichlet_from_zero_sum_gaussian",
     "condition_zero_sum",
+    "bridge_spread_factor",
     "lb_norm",
     "laplace_bridge",
     "dirichlet_beta_marginals",
@@ -62,6 +63,34 @@ def log_dirichlet_from_zero_sum_gaussian(mean, var):
     log_cross = mean + jax.scipy.special.logsumexp(-mean, axis=-1, keepdims=True) - 2.0 * jnp.log(k)
     floor = jnp.log(jnp.maximum(1.0 - 2.0 / k, 0.0))  # -inf for two classes: logaddexp keeps the other term
     return jnp.logaddexp(floor, log_cross) - jnp.log(var)
+
+
+def bridge_spread_factor(log_alpha, var):
+    r"""How far the bridge's Dirichlet is from the Gaussian it came from, per input: the factor
+    ``>= 1`` by which the Dirichlet's own Laplace standard deviations (softmax basis) miss the
+    Gaussian's, :math:`\exp \max_k |\tfrac12 \log(\Sigma'_{kk} / \Sigma_{kk})|` with
+
+    .. math:: \Sigma'_{kk} = \frac{1 - 2/K}{\alpha_k} + \frac{1}{K^2}\sum_u \frac{1}{\alpha_u}
+
+    (thesis eq. A.38 on the diagonal). The bridge inverts the Dirichlet's Laplace map, so a
+    Gaussian that *is* such an image gives exactly 1, and so does every Gaussian over two
+    logits. But a Dirichlet's Laplace variances fall as ``1/alpha_k`` while its
+    log-concentrations spread as far as the means: a logit Gaussian with means far apart and
+    similar variances (a confident network; the factor does not depend on the variances'
+    scale) has no Dirichlet image. The bridge then gives the top classes concentrations whose
+    Beta marginals are too narrow by this factor (ten classes, one logit 5 above the rest:
+    2.5; on the digits MLP of ``benchmarks/bnn_bridge.py`` every test image is above 2 and the
+    marginals' KL from the truth is hundreds of times Monte Carlo's). Trust the Beta marginals
+    and the uncertainty-aware top-k where the factor is near 1 (say below 2).
+
+    :param log_alpha: ``(..., K)`` from :func:`log_dirichlet_from_zero_sum_gaussian`.
+    :param var: ``(..., K)`` the variances of the zero-sum Gaussian it was computed from.
+    """
+    k = log_alpha.shape[-1]
+    floor = jnp.log(jnp.maximum(1.0 - 2.0 / k, 0.0))
+    log_var_back = jnp.logaddexp(floor - log_alpha,
+                                 jax.scipy.special.logsumexp(-log_alpha, -1, keepdims=True) - 2.0 * jnp.log(k))
+    return jnp.exp(0.5 * jnp.max(jnp.abs(log_var_back - jnp.log(var)), -1))
 
 
 def _as_cov(mean, cov):

@@ -6,10 +6,12 @@ import numpy as np
 import pytest
 
 from numpyro_lm.bridge import (
+    bridge_spread_factor,
     condition_zero_sum,
     dirichlet_beta_marginals,
     laplace_bridge,
     lb_norm,
+    log_dirichlet_from_zero_sum_gaussian,
     uncertainty_aware_top_k,
 )
 from numpyro_lm.families import dirichlet_to_zero_sum_gaussian, get_family
@@ -111,3 +113,38 @@ def test_lb_norm_family_is_selectable():
     family = get_family("dirichlet_lb_norm", "softmax")
     mean, cov = get_family("dirichlet", "softmax").to_gaussian({"concentration": jnp.array([2.0, 3.0, 4.0])})
     assert bool(jnp.all(family.from_gaussian(mean, cov)["concentration"] > 0))
+
+
+def test_spread_factor_is_one_for_a_dirichlets_own_laplace_image_and_large_far_from_it():
+    # in family: the bridge inverts the Laplace map, so the round trip gives the variances back
+    alpha = jnp.array([[0.5, 1.0, 2.0, 0.7], [30.0, 2.0, 5.0, 900.0]])
+    mean, cov = dirichlet_to_zero_sum_gaussian(alpha)
+    var = jnp.diagonal(cov, axis1=-2, axis2=-1)
+    factor = bridge_spread_factor(log_dirichlet_from_zero_sum_gaussian(mean, var), var)
+    np.testing.assert_allclose(factor, 1.0, atol=1e-10)
+    # a confident network's logits: means 30 apart, variances 15 after conditioning. The
+    # bottom class gets 1/alpha = 15 / (1 - 2/K + 1/K^2) = 26.7 and every other class a huge
+    # alpha, so their Laplace variances are only the shared sum(1/alpha)/K^2 = 1.67 against 15:
+    # the spread is off by sqrt(15 / 1.67) = 3
+    mean, cov = condition_zero_sum(jnp.array([15.0, -15.0, 0.0, 2.0]), 20.0 * jnp.eye(4))
+    var = jnp.diagonal(cov)
+    log_alpha = log_dirichlet_from_zero_sum_gaussian(mean, var)
+    back = (1 - 2 / 4) * jnp.exp(-log_alpha) + jnp.sum(jnp.exp(-log_alpha)) / 16
+    want = jnp.exp(0.5 * jnp.max(jnp.abs(jnp.log(back / var))))
+    np.testing.assert_allclose(bridge_spread_factor(log_alpha, var), want, rtol=1e-10)
+    assert 2.9 < want < 3.1
+
+
+@pytest.mark.parametrize("scale", [0.1, 1.0, 10.0])
+def test_spread_factor_depends_on_the_means_geometry_not_the_variances_scale(scale):
+    # two logits: two variances, two concentrations; every Gaussian has a Dirichlet image
+    mean, cov = condition_zero_sum(jnp.array([7.0, -3.0]), scale * jnp.eye(2))
+    var = jnp.diagonal(cov)
+    np.testing.assert_allclose(bridge_spread_factor(log_dirichlet_from_zero_sum_gaussian(mean, var), var), 1.0,
+                               rtol=1e-10)
+    # ten classes, one logit 5 above the rest, isotropic: 2.513 whatever the scale (the value
+    # quoted in bridge_spread_factor's docstring)
+    mean, cov = condition_zero_sum(jnp.zeros(10).at[0].set(5.0), scale * jnp.eye(10))
+    var = jnp.diagonal(cov)
+    np.testing.assert_allclose(bridge_spread_factor(log_dirichlet_from_zero_sum_gaussian(mean, var), var), 2.5135,
+                               rtol=1e-4)

@@ -25,7 +25,7 @@ from typing import NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from ..bridge import _as_cov, condition_zero_sum, lb_norm, log_dirichlet_from_zero_sum_gaussian
+from ..bridge import _as_cov, bridge_spread_factor, condition_zero_sum, lb_norm, log_dirichlet_from_zero_sum_gaussian
 
 __all__ = ["PREDICTIVES", "ClassPredictive", "class_probabilities"]
 
@@ -33,10 +33,14 @@ PREDICTIVES = ("bridge", "bridge_zero_sum", "lb_norm", "lb_norm_sum", "probit", 
 
 
 class ClassPredictive(NamedTuple):
-    """``probabilities (n, K)``; ``concentration (n, K)`` for the bridges, else ``None``."""
+    """``probabilities (n, K)``; for the bridges ``concentration (n, K)`` and ``spread_factor
+    (n,)`` (:func:`~numpyro_lm.bridge.bridge_spread_factor`: near 1 where the Dirichlet is true
+    to the logit Gaussian, large where its Beta marginals and top-k are too narrow to trust),
+    else ``None``."""
 
     probabilities: jax.Array
-    concentration: Optional[jax.Array]
+    concentration: Optional[jax.Array] = None
+    spread_factor: Optional[jax.Array] = None
 
 
 def class_probabilities(mean, cov, method: str = "bridge_zero_sum", *, num_samples: int = 1000,
@@ -54,14 +58,15 @@ def class_probabilities(mean, cov, method: str = "bridge_zero_sum", *, num_sampl
         chol = jnp.linalg.cholesky(cov + 1e-6 * jnp.eye(mean.shape[-1], dtype=mean.dtype))
         z = jax.random.normal(rng_key, (num_samples,) + mean.shape, mean.dtype)
         logits = mean + jnp.einsum("...kl,s...l->s...k", chol, z)
-        return ClassPredictive(jnp.mean(jax.nn.softmax(logits, -1), 0), None)
+        return ClassPredictive(jnp.mean(jax.nn.softmax(logits, -1), 0))
     if method == "probit":
         variances = jnp.diagonal(cov, axis1=-2, axis2=-1)
-        return ClassPredictive(jax.nn.softmax(mean / jnp.sqrt(1.0 + jnp.pi / 8.0 * variances), -1), None)
+        return ClassPredictive(jax.nn.softmax(mean / jnp.sqrt(1.0 + jnp.pi / 8.0 * variances), -1))
     if method != "bridge":
         mean, cov = condition_zero_sum(mean, cov)
+    variances = jnp.diagonal(cov, axis1=-2, axis2=-1)  # the Gaussian the Dirichlet stands for
     if method in ("lb_norm", "lb_norm_sum"):
         mean, cov = lb_norm(mean, cov, "sum" if method == "lb_norm_sum" else "mean")
     log_alpha = log_dirichlet_from_zero_sum_gaussian(mean, jnp.diagonal(cov, axis1=-2, axis2=-1))
     # the probabilities from the logs: alpha overflows float32 where the logits are far apart
-    return ClassPredictive(jax.nn.softmax(log_alpha, -1), jnp.exp(log_alpha))
+    return ClassPredictive(jax.nn.softmax(log_alpha, -1), jnp.exp(log_alpha), bridge_spread_factor(log_alpha, variances))
