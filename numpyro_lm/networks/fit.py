@@ -188,7 +188,7 @@ def fit_piham(network: Network, num_communities: int, *, edge_mask=None, attribu
     if covariance == "auto":
         covariance = "joint" if dimension <= JOINT_LIMIT else "node"
     covs = {}
-    for site in sites:
+    for site in sites if covariance == "node" else ():  # the joint path checks definiteness itself
         precision = _node_blocks(params, data, em, am, site, directed, noise_scale)
         smallest = np.asarray(jnp.linalg.eigvalsh(precision)[:, 0])
         if np.any(smallest <= 0):
