@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+from scipy.special import softmax
 
 from .model import Network
 
@@ -66,11 +67,6 @@ def mtcov_network(num_nodes=500, num_communities=3, average_degree=20.0, num_cat
     return GeneratedNetwork(network, u, v)
 
 
-def _softmax(x, axis=-1):
-    e = np.exp(x - x.max(axis, keepdims=True))
-    return e / e.sum(axis, keepdims=True)
-
-
 def piham_network(num_nodes=200, num_communities=3, num_categories=4, noise_scale=1.0, seed=0) -> GeneratedNetwork:
     """Thesis appendix C.4 (module docstring): Bernoulli, Poisson and Gaussian layers;
     categorical, Poisson and Gaussian attributes, from PIHAM's own model."""
@@ -79,7 +75,7 @@ def piham_network(num_nodes=200, num_communities=3, num_categories=4, noise_scal
     member = np.eye(k, dtype=bool)[_hard_groups(n, k)]
     latent_u = np.where(member, rng.normal(2.0, 0.2, (n, k)), rng.normal(-1.0, 0.2, (n, k)))
     latent_v = np.where(member, rng.normal(2.0, 0.3, (n, k)), rng.normal(-1.0, 0.3, (n, k)))
-    u, v = _softmax(latent_u), _softmax(latent_v)
+    u, v = softmax(latent_u, -1), softmax(latent_v, -1)
     w = np.where(np.eye(k, dtype=bool), rng.normal(0.0, 0.45, (3, k, k)), rng.normal(-4.0, 0.45, (3, k, k)))
     probability = u @ (1 / (1 + np.exp(-w[0]))) @ v.T
     rate = u @ np.exp(w[1]) @ v.T
@@ -99,7 +95,7 @@ def piham_network(num_nodes=200, num_communities=3, num_categories=4, noise_scal
     h_pois = rng.normal(1.5 * (ks + 2) / 3, 0.1)
     h_gauss = rng.normal(4.0 + (1 - ks) * 3.0, 0.2)
     mix = 0.5 * (u + v)
-    p_cat = mix @ _softmax(h_cat)
+    p_cat = mix @ softmax(h_cat, -1)
     categorical = np.array([rng.choice(z, p=p / p.sum()) for p in p_cat], np.int32)
     attributes = (categorical, rng.poisson(mix @ np.exp(h_pois)).astype(np.float32),
                   rng.normal(mix @ h_gauss, noise_scale).astype(np.float32))
