@@ -1,7 +1,9 @@
 """ArviZ ``InferenceData`` from a fitted :class:`~numpyro_lm.LaplaceMatching`.
 
-The groups are those of ``arviz.from_numpyro`` on an MCMC run, one chain of independent
-draws:
+The groups are those of ``arviz.from_numpyro`` on an MCMC run. The draws are independent;
+they are split into pseudo-chains (four of ``S / 4`` draws where that divides,
+:func:`numpyro_lm.random.num_pseudo_chains`), so that ``az.summary`` gives r_hat (about 1 by
+construction) and ESS (about ``S``) instead of warning about a single chain:
 
 - ``posterior``: latent and deterministic sites, dims named after the model's plates
   (and ``infer={"event_dims": [...]}`` of a site), as ArviZ infers them;
@@ -25,6 +27,8 @@ from numpyro import handlers
 from numpyro.infer import Predictive
 from numpyro.infer import log_likelihood as numpyro_log_likelihood
 from numpyro.primitives import Messenger
+
+from .random import split_chains
 
 __all__ = ["model_dims", "unobserved", "to_inference_data"]
 
@@ -94,7 +98,8 @@ def _constant_data(model, args, kwargs, observed: dict) -> dict:
 
 
 def _with_chain(tree):
-    return {k: np.asarray(v)[None] for k, v in tree.items()}
+    # independent draws as pseudo-chains: ArviZ's diagnostics are then defined, not warned about
+    return {k: split_chains(v) for k, v in tree.items()}
 
 
 def to_inference_data(

@@ -16,7 +16,6 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
-from tqdm.auto import tqdm
 
 from . import fit as joint_fit
 from .batch import Batch, pad, take
@@ -25,6 +24,7 @@ from .fit import FitOptions, JointFit
 from .hessian import StructureError, structure_message, structure_tol
 from .optimize import running
 from .programs import program
+from .progress import progress
 from .result import Result
 from .verdict import distinct_modes
 
@@ -174,8 +174,8 @@ def run_joint(info, options: FitOptions, rng_key, args, kwargs, init_params=None
     starts = jax.device_get(out[2]) if batch is None and out[2] is not None else None
 
     if batch is None and running(flags, options.max_iter):
-        with tqdm(total=options.max_iter, initial=int(flags.num_iter), desc="LaplaceMatching mode search",
-                  disable=not progress_bar, delay=2.0) as bar:
+        with progress(progress_bar, total=options.max_iter, initial=int(flags.num_iter),
+                      desc="LaplaceMatching mode search") as bar:
             while running(flags, options.max_iter):
                 state = prog(joint_fit.resume, info, options, chunk)((state,), args, kwargs)
                 flags = jax.device_get(_search(state))

@@ -39,6 +39,7 @@ from .data_checks import observed_data_problem
 from .validation import (check_count, check_init_params, check_model, check_rng_key, check_settings,
                          refuse_mcmc_options)
 from .static_data import mark_static, needs_concrete, static_positions, static_where_needed
+from .random import num_pseudo_chains
 from .programs import BATCH_COMPILE, FAST_COMPILE, merge_inputs, resolve_compiler_options, shape_key, split_inputs
 from .verdict import NotTrustedWarning
 
@@ -148,7 +149,6 @@ class LaplaceMatching:
                                                                                 num_starts)
         self.bases, self.families = dict(bases or {}), dict(families or {})
         self.curvature, self.plate = curvature, plate
-        self.num_chains, self.thinning = 1, 1  # what ArviZ reads of an MCMC object
         self._infos, self._static, self._result = {}, {}, None
 
     # ------------------------------------------------------------------- fitting
@@ -348,6 +348,26 @@ class LaplaceMatching:
 
         self._require()
         return to_inference_data(self, **kwargs)
+
+    @property
+    def num_chains(self) -> int:
+        """The pseudo-chains the independent draws are grouped into
+        (:func:`numpyro_lm.random.num_pseudo_chains`): ``get_samples(group_by_chain=True)``
+        has this leading axis, and ``az.from_numpyro`` reads it as MCMC's. A fit the
+        auto-pilot handed to NUTS has NUTS's one chain."""
+        if self._fell_back_to_nuts():
+            return self._result.mcmc.num_chains
+        return num_pseudo_chains(self.num_samples)
+
+    @property
+    def thinning(self) -> int:
+        """For ``az.from_numpyro``, which takes ``num_samples // thinning`` draws per chain
+        (MCMC's ``num_samples`` counts per chain, LM's counts all draws): ``num_chains``.
+        Nothing is thinned."""
+        return 1 if self._fell_back_to_nuts() else self.num_chains
+
+    def _fell_back_to_nuts(self) -> bool:
+        return self._result is not None and hasattr(self._result, "mcmc")
 
     @property
     def posterior(self):

@@ -6,6 +6,10 @@ site shifted by ``lb``) are applied as the affine part of the basis transform, b
 the model's trace at the mode. A site whose support depends on other latent sites has no
 closed-form marginal and is refused (its draws are right: they map each draw with the
 drawn values of the sites it depends on).
+
+Each distribution handed out prints its parameters (``Gamma(concentration=14.0, rate=4.0)``)
+instead of NumPyro's ``<... object at 0x...>``: :func:`readable` swaps in a subclass that only
+adds a ``__repr__``, so ``isinstance(d, dist.Gamma)`` and every method are unchanged.
 """
 
 from __future__ import annotations
@@ -14,13 +18,59 @@ from collections.abc import Mapping
 from typing import Callable
 
 import jax.numpy as jnp
+import numpy as np
 import numpyro.distributions as dist
 from numpyro.distributions.transforms import AffineTransform, ComposeTransform, IndependentTransform, LowerCholeskyAffine
 
 from .families import get_family
 from .marginals import is_elementwise
 
-__all__ = ["MatchedPosterior", "AffineTransformed", "site_distribution"]
+__all__ = ["MatchedPosterior", "AffineTransformed", "site_distribution", "readable", "describe"]
+
+
+def _value(v) -> str:
+    a = np.asarray(v)
+    if a.ndim == 0:
+        return f"{float(a):.5g}"
+    if a.size > 12:
+        return f"<array {a.shape}>"
+    return np.array2string(a, precision=4, separator=", ").replace("\n", "")
+
+
+def describe(d) -> str:
+    """A distribution as ``Family(param=value, ...)``; wrappers show what they wrap."""
+    if isinstance(d, dist.Independent):
+        return f"Independent({describe(d.base_dist)}, reinterpreted_batch_ndims={d.reinterpreted_batch_ndims})"
+    if isinstance(d, dist.TransformedDistribution):
+        if isinstance(d, AffineTransformed):
+            t = d._affine
+            return f"{describe(d.base_dist)} * {_value(t.scale)} + {_value(t.loc)}"
+        names = ", ".join(type(t).__name__ for t in d.transforms)
+        return f"TransformedDistribution({describe(d.base_dist)}, transforms=[{names}])"
+    name = getattr(type(d), "_readable_of", type(d)).__name__
+    # parameters as given: lazily computed alternatives (probs of a logits Bernoulli) are
+    # skipped, and of a covariance given three ways only the first is shown
+    params = [(k, d.__dict__[k]) for k in d.arg_constraints if k in d.__dict__]
+    shown = [p for p in params if p[0] not in _COVARIANCE_FORMS]
+    shown += [p for p in params if p[0] in _COVARIANCE_FORMS][:1]
+    params = sorted(shown, key=lambda p: list(d.arg_constraints).index(p[0]))
+    return f"{name}(" + ", ".join(f"{k}={_value(v)}" for k, v in params) + ")"
+
+
+_READABLE = {}
+_COVARIANCE_FORMS = ("covariance_matrix", "precision_matrix", "scale_tril")
+
+
+def readable(d):
+    """``d`` with a ``__repr__`` that shows its parameters (module docstring), in place."""
+    cls = type(d)
+    if getattr(cls, "_readable_of", None) is None:
+        if cls not in _READABLE:
+            # a subclass registers itself as a JAX pytree (numpyro's __init_subclass__)
+            _READABLE[cls] = type(cls.__name__, (cls,), {"__repr__": describe, "_readable_of": cls,
+                                                         "__module__": cls.__module__, "__doc__": cls.__doc__})
+        d.__class__ = _READABLE[cls]
+    return d
 
 
 class MatchedPosterior(Mapping):
@@ -53,6 +103,15 @@ class MatchedPosterior(Mapping):
     def __repr__(self):
         return f"MatchedPosterior({list(self._names)})"
 
+    def __str__(self):
+        lines = []
+        for name in self._names:
+            try:
+                lines.append(f"  {name}: {self[name]!r}")
+            except ValueError as e:  # a site without a closed-form marginal
+                lines.append(f"  {name}: no closed-form marginal ({str(e).split('.')[0]})")
+        return "MatchedPosterior(\n" + "\n".join(lines) + "\n)"
+
 
 class AffineTransformed(dist.TransformedDistribution):
     """``loc + scale * X`` for a matched family ``X`` (bounded sites), with its moments."""
@@ -84,6 +143,10 @@ def _outer_transform(t):
 def site_distribution(site, params: dict, transform):
     """The matched family of ``site`` (a :class:`~numpyro_lm.trace.SiteSpec`) with ``params``,
     on the site's domain; ``transform`` is the site's basis transform at the mode."""
+    return readable(_site_distribution(site, params, transform))
+
+
+def _site_distribution(site, params: dict, transform):
     family = get_family(site.family, site.basis)
     d = family.distribution(params)
     if is_elementwise(site, family) and site.basis_event_dim > 0:

@@ -15,7 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["normal_rows", "uniform_rows", "log_gamma", "host_generator", "host_log_gamma"]
+__all__ = ["normal_rows", "uniform_rows", "log_gamma", "host_generator", "host_log_gamma", "num_pseudo_chains",
+           "split_chains", "PSEUDO_CHAINS"]
 
 
 def _rows(draw, rng_key, num_rows: int, shape: tuple):
@@ -86,3 +87,28 @@ def host_log_gamma(rng: np.random.Generator, concentration) -> np.ndarray:
     ``Y ~ Gamma(alpha + 1)``: finite for tiny concentrations."""
     alpha = np.asarray(concentration, np.float64)
     return np.log(rng.standard_gamma(alpha + 1.0)) + np.log(rng.random(alpha.shape)) / alpha
+
+
+#: pseudo-chains the independent draws are split into when grouped by chain
+PSEUDO_CHAINS = 4
+
+
+def num_pseudo_chains(num_draws: int) -> int:
+    """How many equal "chains" ``num_draws`` independent draws are shown as (grouped by chain,
+    and in ArviZ): :data:`PSEUDO_CHAINS` (else 2, else 1) that divide them with at least four
+    draws each. The draws are independent, so any split is as good as another; with more than
+    one chain ArviZ's convergence diagnostics are defined (r_hat about 1, ESS about the number
+    of draws) instead of warning about one chain."""
+    for chains in (PSEUDO_CHAINS, 2):
+        if num_draws % chains == 0 and num_draws // chains >= 4:
+            return chains
+    return 1
+
+
+def split_chains(x, axis: int = 0):
+    """``x`` with its draw axis ``axis`` of length ``S`` split into ``(chains, S / chains)``
+    (:func:`num_pseudo_chains`)."""
+    x = np.asarray(x)
+    s = x.shape[axis]
+    c = num_pseudo_chains(s)
+    return x.reshape(x.shape[:axis] + (c, s // c) + x.shape[axis + 1:])

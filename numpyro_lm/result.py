@@ -26,7 +26,7 @@ from .curvature import eigenvalue_range
 from .diagnostics import KHAT_OK, importance_resample, khat_verdict, psis
 from .posterior import MatchedPosterior, site_distribution
 from .programs import in_float64, options_for_work, program
-from .random import host_generator
+from .random import host_generator, split_chains
 from .verdict import EDGE, importance_shift, judge, khat_threshold, verdict_sentence
 
 __all__ = ["Result"]
@@ -174,9 +174,9 @@ class Result:
             samples = self._resample(num_samples, resample, rng_key)
         else:
             samples = self.unpad(self.draws(num_samples)[0])
-        if group_by_chain:
+        if group_by_chain:  # independent draws, shown as pseudo-chains (random.num_pseudo_chains)
             axis = 0 if self.batch is None else 1
-            samples = jax.tree.map(lambda x: jax.numpy.expand_dims(x, axis), samples)
+            samples = jax.tree.map(lambda x: split_chains(x, axis), samples)
         return samples
 
     def _resample(self, num_samples, method, rng_key):
@@ -209,7 +209,7 @@ class Result:
         fields = {"lp": log_p, "log_q": log_q, "log_weight": log_p - log_q}
         if group_by_chain:
             axis = 0 if self.batch is None else 1
-            fields = {k: np.expand_dims(v, axis) for k, v in fields.items()}
+            fields = {k: split_chains(v, axis) for k, v in fields.items()}
         return fields
 
     # ------------------------------------------------------------- posterior
@@ -345,6 +345,8 @@ class Result:
         if exclude_deterministic:
             samples = {s.name: samples[s.name] for s in self.info.layout.sites}
         numpyro_print_summary(samples, prob=prob, group_by_chain=False)
+        print(f"n_eff and r_hat describe the {self.num_samples} draws, which are independent (about "
+              f"{self.num_samples} and 1 by construction), not the approximation: see 'Did it work?' below.")
         if self.trail is not None:
             print("Auto-pilot: " + " -> ".join(a.line() for a in self.trail))
         print(

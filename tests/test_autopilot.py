@@ -131,3 +131,6 @@ def test_fallback_runs_warm_started_nuts_where_nothing_is_trusted(x32):
     assert abs(x.mean() - 0.25) < 0.4 and x.std() == pytest.approx(2.02, abs=0.25)
     with pytest.raises(ValueError, match="NUTS"):
         lm.get_samples(resample="psis")
+    # ArviZ reads NUTS's one chain of 2000 draws, not LM's pseudo-chains
+    assert (lm.num_chains, lm.thinning) == (1, 1)
+    assert lm.get_samples(group_by_chain=True)["x"].shape == (1, 2000)

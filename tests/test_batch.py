@@ -38,7 +38,7 @@ def test_run_many_is_exact_on_every_data_set():
     np.testing.assert_allclose(post.concentration, 2.0 + y.sum(1), rtol=1e-6)
     np.testing.assert_allclose(post.rate, 3.0 + y.shape[1], rtol=1e-6)
     assert lm.get_samples()["lam"].shape == (200, 50)
-    assert lm.get_samples(group_by_chain=True)["lam"].shape == (200, 1, 50)
+    assert lm.get_samples(group_by_chain=True)["lam"].shape == (200, 2, 25)  # two pseudo-chains
     d = lm.diagnostics()
     assert d["pareto_k"].shape == (200,) and bool(np.all(d["converged"])) and len(d["verdict"]) == 200
     assert np.all(np.asarray(d["pareto_k"]) == -np.inf)  # exact: constant weights on every data set

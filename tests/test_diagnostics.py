@@ -12,6 +12,7 @@ from scipy.stats import multivariate_normal
 
 from numpyro_lm import LaplaceMatching, NotTrustedWarning
 from numpyro_lm.diagnostics import importance_resample, khat_verdict, pareto_smooth, psis
+from numpyro_lm.random import num_pseudo_chains
 
 KEY = jax.random.PRNGKey(0)
 
@@ -97,7 +98,8 @@ def test_weights_constant_on_conjugate_model(x64):
     # relative in float64 (log B(5, 10) is off by 6e-7), a constant offset of log q
     assert d["log_evidence"] == pytest.approx(conjugate_log_evidence(), abs=1e-6)
     fields = lm.get_extra_fields(group_by_chain=True)
-    assert fields["log_weight"].shape == (1, lm.num_samples)
+    chains = num_pseudo_chains(lm.num_samples)
+    assert fields["log_weight"].shape == (chains, lm.num_samples // chains)
 
 
 def test_exact_fit_is_trusted_in_float32(x32):

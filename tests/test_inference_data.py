@@ -13,9 +13,9 @@ import pytest
 
 from numpyro_lm import LaplaceMatching
 from numpyro_lm.inference_data import model_dims, unobserved
+from numpyro_lm.random import num_pseudo_chains
 
 matplotlib.use("Agg")
-warnings.filterwarnings("ignore", message="Shape validation failed")  # one chain, as MCMC(num_chains=1)
 
 GROUPS = ["north", "south", "east", "west"]
 
@@ -50,7 +50,9 @@ def fitted():
 
 def test_groups_dims_and_coords(fitted):
     lm, idata, (x, group, y) = fitted
-    n, N = lm.num_samples, x.shape[0]
+    N = x.shape[0]
+    c, n = num_pseudo_chains(lm.num_samples), lm.num_samples // num_pseudo_chains(lm.num_samples)
+    assert c == 4  # 1000 independent draws as four pseudo-chains
     assert set(idata.groups()) == {
         "posterior", "sample_stats", "log_likelihood", "posterior_predictive", "prior",
         "prior_predictive", "observed_data", "constant_data",
@@ -58,15 +60,15 @@ def test_groups_dims_and_coords(fitted):
     assert idata.posterior["a"].dims == ("chain", "draw", "groups")
     assert list(idata.posterior["groups"].values) == GROUPS
     assert idata.posterior["mu"].dims == ("chain", "draw", "obs")
-    assert idata.posterior["sigma"].shape == (1, n)
-    assert idata.log_likelihood["y"].dims == ("chain", "draw", "obs") and idata.log_likelihood["y"].shape == (1, n, N)
+    assert idata.posterior["sigma"].shape == (c, n)
+    assert idata.log_likelihood["y"].dims == ("chain", "draw", "obs") and idata.log_likelihood["y"].shape == (c, n, N)
     assert set(idata.sample_stats.data_vars) == {"lp", "log_q", "log_weight"}
     np.testing.assert_array_equal(idata.observed_data["y"].values, y)
     assert set(idata.observed_data.data_vars) == {"y"}  # no LM-internal Jacobian factors
     np.testing.assert_array_equal(idata.constant_data["x"].values, x)
     np.testing.assert_array_equal(idata.constant_data["group"].values, group)
-    assert idata.posterior_predictive["y"].shape == (1, n, N)
-    assert idata.prior["a"].shape == (1, n, len(GROUPS)) and idata.prior_predictive["y"].shape == (1, n, N)
+    assert idata.posterior_predictive["y"].shape == (c, n, N)
+    assert idata.prior["a"].shape == (c, n, len(GROUPS)) and idata.prior_predictive["y"].shape == (c, n, N)
 
 
 def test_log_likelihood_is_pointwise(fitted):
@@ -78,11 +80,10 @@ def test_log_likelihood_is_pointwise(fitted):
 
 def test_predictive_and_prior_draws_follow_the_model(fitted):
     lm, idata, (x, group, y) = fitted
-    y_rep = idata.posterior_predictive["y"].values[0]
-    assert y_rep.shape[0] == lm.num_samples
+    y_rep = idata.posterior_predictive["y"].values.reshape(lm.num_samples, -1)
     assert not np.allclose(y_rep[0], y)  # replicates, not a copy of the data
     # E[y_rep] = E[mu]: per observation the MC error of the mean is about sigma/sqrt(n) = 0.01
-    np.testing.assert_allclose(y_rep.mean(0), idata.posterior["mu"].values[0].mean(0), atol=0.05)
+    np.testing.assert_allclose(y_rep.mean(0), idata.posterior["mu"].values.reshape(lm.num_samples, -1).mean(0), atol=0.05)
     # prior sigma ~ HalfNormal(1): mean sqrt(2/pi) = 0.80, sd 0.60, MC error 0.02
     assert abs(idata.prior["sigma"].values.mean() - np.sqrt(2 / np.pi)) < 0.08
 
@@ -110,6 +111,17 @@ def test_arviz_functions_run_on_lm_output(fitted):
     table = az.compare({"slope": idata, "no_slope": flat.to_inference_data()})
     assert list(table.index) == ["slope", "no_slope"]
     assert table.loc["no_slope", "elpd_diff"] > 4 * table.loc["no_slope", "dse"]
+
+
+def test_az_summary_of_a_fit_has_no_warnings_and_defined_diagnostics(fitted, caplog):
+    lm, _, _ = fitted
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any warning (ArviZ's FutureWarnings included) fails
+        summary = az.summary(az.from_numpyro(lm), var_names=["b", "sigma"])
+    assert "Shape validation failed" not in caplog.text  # ArviZ logs, not warns, about one chain
+    # independent draws: r_hat is 1 up to its noise (about 1/sqrt(S) = 0.03) and ESS near S
+    assert np.all(np.abs(summary["r_hat"] - 1.0) < 0.05)
+    assert np.all(summary["ess_bulk"] > 0.5 * lm.num_samples)
 
 
 def test_model_dims_follow_plates_and_event_dims():

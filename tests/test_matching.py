@@ -284,7 +284,8 @@ def test_get_samples_shapes_and_deterministic_sites():
     s = lm.get_samples()
     assert s["mu"].shape == (50,) and s["theta"].shape == (50, 3) and s["total"].shape == (50,)
     np.testing.assert_allclose(s["total"], s["theta"].sum(-1), rtol=1e-12)
-    assert lm.get_samples(group_by_chain=True)["theta"].shape == (1, 50, 3)
+    # 50 independent draws as two pseudo-chains of 25 (random.num_pseudo_chains), in order
+    np.testing.assert_array_equal(lm.get_samples(group_by_chain=True)["theta"], np.reshape(s["theta"], (2, 25, 3)))
     more = lm.get_samples(num_samples=7)
     assert more["theta"].shape == (7, 3)
 

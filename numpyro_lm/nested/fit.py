@@ -16,9 +16,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from tqdm.auto import tqdm
 
 from ..curvature import DenseCurvature, DiagonalCurvature, Gaussian
+from ..progress import progress
 from ..families import get_family
 from ..hessian import (ArrowheadHessian, LowRankHessian, PlateStructure, StructureError, check_dense_memory,
                        diagonal_structure, lowrank_rank, plate_structure, structure_message, structure_tol)
@@ -250,7 +250,7 @@ def run_nested(info, options: FitOptions, hyper, rng_key, args, kwargs, init_par
     block_index = _event_columns(layout, theta_index) if structured else None
     inner = run(_inner, info, options.tolerance(dtype), options.max_iter, hyper_key,
                 tuple(bool(c) for c in gaussian_cols), options.curvature, options.plate)
-    bar = tqdm(desc="nested Laplace inner fits", unit="fit", disable=not progress_bar, delay=2.0)
+    bar = progress(progress_bar, desc="nested Laplace inner fits", unit="fit")
     # inner fits per compiled call: padding a batch costs whole fits, which large models
     # cannot spare; small ones share one compilation between stencil, line search and design
     batch = 1 if structured else BATCH
