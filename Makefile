@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 
-.PHONY: demo test bench install install-dev clean
+.PHONY: demo test bench docs install install-dev clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -43,5 +43,13 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/bnn_bridge.py
 	$(PY) benchmarks/scale.py
 
+# The site, warnings as errors; the quick examples run as it builds (sphinx-gallery).
+docs: $(VENV)/.installed-docs
+	$(PY) -m sphinx -W --keep-going -b html -j auto docs docs/_build/html
+
+$(VENV)/.installed-docs: pyproject.toml | $(PY)
+	$(PIP) install --quiet -e ".[docs,plot]"
+	touch $@ $(VENV)/.installed
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache docs/_build docs/auto_examples

@@ -1,4 +1,6 @@
-"""The Laplace Bridge on a small neural network (thesis chapter 4).
+"""
+The Laplace Bridge on a small neural network (thesis chapter 4).
+================================================================
 
 An MLP 64-32-10 trained with optax on scikit-learn's digits; ``LastLayerLaplace`` puts a
 Gaussian over its last layer (Kronecker-factored curvature, prior precision by marginal

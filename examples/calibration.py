@@ -1,4 +1,6 @@
-"""Many data sets at once, and can LM be trusted on this model? ``run_many`` and ``sbc``.
+"""
+Many data sets at once, and can LM be trusted on this model? ``run_many`` and ``sbc``.
+======================================================================================
 
 1. A bootstrap of the eight schools data: 500 resampled data sets fitted with one
    ``run_many`` call; the spread of the matched posterior mean of ``mu`` over them.

@@ -1,4 +1,6 @@
-"""Did it work? The verdict of Laplace Matching on a model it fits and one the joint fit does not.
+"""
+Did it work? The verdict of Laplace Matching on a model it fits and one the joint fit does not.
+===============================================================================================
 
 1. Logistic regression (500 generated points): the posterior is close to Gaussian, k-hat
    is small, and LM's draws can be used as they are.

@@ -1,4 +1,6 @@
-"""How many elliptical slice samples match Laplace Matching? (thesis Fig. 3.7, small scale)
+"""
+How many elliptical slice samples match Laplace Matching? (thesis Fig. 3.7, small scale)
+========================================================================================
 
 The thesis compares LM with elliptical slice sampling (ESS) on election results of one
 precinct: vote counts per election, party shares through a softmax of a latent GP over

@@ -1,4 +1,6 @@
-"""Hierarchical models with the nested Laplace fit (``hyper=``), checked against NUTS.
+"""
+Hierarchical models with the nested Laplace fit (``hyper=``), checked against NUTS.
+===================================================================================
 
 1. Eight schools (non-centred). The joint Laplace approximation puts the group scale
    ``tau`` at its joint mode, far from the bulk of its posterior, and k-hat says so. With

@@ -1,4 +1,6 @@
-"""LM + GP: Gaussian processes on binary labels, categories, counts and covariances (thesis chapter 3).
+"""
+LM + GP: Gaussian processes on binary labels, categories, counts and covariances (thesis chapter 3).
+====================================================================================================
 
 ``LMGP(kind).fit(x, y)`` turns the data into Gaussian pseudo-observations by Laplace Matching
 (a Beta, Dirichlet, Gamma or inverse Wishart per group of points, in its Gaussian basis),

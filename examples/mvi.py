@@ -1,4 +1,6 @@
-"""Mixed Variational Inference on the paper's experiments (data generated here, float64).
+"""
+Mixed Variational Inference on the paper's experiments (data generated here, float64).
+======================================================================================
 
 1. The 2-D two-component mixture of section 5.1: KL(q || p) by quadrature for LA, MVI_mu,
    MVI_eig, MVI_lr and VI_diag; the ellipses are plotted to ``examples/output/mvi_mixture.png``.

@@ -1,4 +1,6 @@
-"""PIHAM on the thesis' synthetic attributed multilayer networks (thesis chapter 5, appendix C).
+"""
+PIHAM on the thesis' synthetic attributed multilayer networks (thesis chapter 5, appendix C).
+=============================================================================================
 
 Three parts, every number printed by this script:
 

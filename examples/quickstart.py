@@ -1,4 +1,6 @@
-"""Quickstart: Laplace Matching next to NUTS on a model with real, positive and simplex sites.
+"""
+Quickstart: Laplace Matching next to NUTS on a model with real, positive and simplex sites.
+===========================================================================================
 
 A shop records, for three days, how many visitors arrive (Poisson with a positive
 ``rate``), which of four products they pick (Multinomial with ``shares`` on the simplex),

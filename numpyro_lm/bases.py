@@ -4,16 +4,16 @@ Laplace Matching (Hobbhahn and Hennig, 2021) approximates a density on a constra
 domain by a Gaussian in a *basis* ``y`` with ``x = T(y)`` chosen for that domain, so that
 the matched exponential family is (nearly) Gaussian in ``y``:
 
-=====================  =======================================================  ==========
-constraint             basis ``x = T(y)``                                       family
-=====================  =======================================================  ==========
-real                   identity                                                 normal
-positive, > lb         log:  ``x = lb + exp(y)``                                gamma
-unit interval, (a, b)  logit: ``x = a + (b - a) sigmoid(y)``                    beta
-simplex (K)            softmax over a zero-sum lift: ``x = softmax(V y)``       dirichlet
+=====================  ========================================================  =========
+constraint             basis ``x = T(y)``                                        family
+=====================  ========================================================  =========
+real                   identity                                                  normal
+positive, > lb         log:  ``x = lb + exp(y)``                                 gamma
+unit interval, (a, b)  logit: ``x = a + (b - a) sigmoid(y)``                     beta
+simplex (K)            softmax over a zero-sum lift: ``x = softmax(V y)``        dirichlet
 positive definite      matrix log: ``X = expm(sym(y))`` over the lower triangle  gaussian
-anything else          numpyro's ``biject_to``                                  gaussian
-=====================  =======================================================  ==========
+anything else          numpyro's ``biject_to``                                   gaussian
+=====================  ========================================================  =========
 
 ``V`` is numpyro's orthonormal zero-sum lift ``R^(K-1) -> {z : 1'z = 0}``; with it
 ``log|det dx_{1:K-1}/dy| = sum_k log x_k + log(K)/2``.

@@ -18,7 +18,7 @@ eig      :math:`Q_{LA}\,\mathrm{diag}(r)`            ``r`` = sqrt of Sigma_LA's 
                                                      eigenvalues
 lowrank  :math:`C_{LA} + u v^\top`                   ``u, v ~ N(0, 0.01 I)``          3D
 diag     :math:`\mathrm{diag}(\sigma)` (VI_diag)     ``sigma^2 = diag(Sigma_LA)``     2D
-dadvi    :math:`Q_{LA}\,\mathrm{diag}(e^{\rho})`       ``rho`` = log sqrt of            2D
+dadvi    :math:`Q_{LA}\,\mathrm{diag}(e^{\rho})`     ``rho`` = log sqrt of            2D
                                                      Sigma_LA's eigenvalues
 ======== =========================================== =============================== ==========
 
