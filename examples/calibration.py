@@ -22,12 +22,14 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks"))
+# sphinx-gallery runs an example from its own folder and sets no __file__
+HERE = os.path.dirname(os.path.abspath(__file__)) if "__file__" in globals() else os.getcwd()
+sys.path.insert(0, os.path.join(HERE, "..", "benchmarks"))
 from models import eight_schools  # noqa: E402
 
 from numpyro_lm import LaplaceMatching, sbc  # noqa: E402
 
-OUTPUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "output")
+OUTPUT = os.path.join(HERE, "output")
 
 
 def gamma_poisson(y):

@@ -26,7 +26,9 @@ from numpyro.infer import MCMC, NUTS
 from numpyro_lm import LaplaceMatching, NotTrustedWarning
 from numpyro_lm.plotting import plot_marginals
 
-OUTPUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "output")
+# sphinx-gallery runs an example from its own folder and sets no __file__
+HERE = os.path.dirname(os.path.abspath(__file__)) if "__file__" in globals() else os.getcwd()
+OUTPUT = os.path.join(HERE, "output")
 
 
 def logistic_regression(x, y=None):

@@ -32,7 +32,9 @@ from numpyro.infer import MCMC  # noqa: E402
 from numpyro_lm import LaplaceMatching  # noqa: E402
 from numpyro_lm.adapters import EllipticalSlice, warm_nuts  # noqa: E402
 
-OUTPUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "output")
+# sphinx-gallery runs an example from its own folder and sets no __file__
+HERE = os.path.dirname(os.path.abspath(__file__)) if "__file__" in globals() else os.getcwd()
+OUTPUT = os.path.join(HERE, "output")
 T, P, VOTES = 6, 4, 1000
 
 

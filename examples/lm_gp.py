@@ -38,7 +38,9 @@ from numpyro_lm.gp import LMGP, pseudo_observations  # noqa: E402
 from numpyro_lm.gp.component import lm_gp_model, predict_with_draws  # noqa: E402
 from numpyro_lm.gp.regression import matched_predictive  # noqa: E402
 
-OUTPUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "output")
+# sphinx-gallery runs an example from its own folder and sets no __file__
+HERE = os.path.dirname(os.path.abspath(__file__)) if "__file__" in globals() else os.getcwd()
+OUTPUT = os.path.join(HERE, "output")
 
 
 def split(x, y, train, seed=0):

@@ -28,7 +28,9 @@ from numpyro.distributions import constraints  # noqa: E402
 
 from numpyro_lm import LaplaceMatching  # noqa: E402
 
-OUTPUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "output")
+# sphinx-gallery runs an example from its own folder and sets no __file__
+HERE = os.path.dirname(os.path.abspath(__file__)) if "__file__" in globals() else os.getcwd()
+OUTPUT = os.path.join(HERE, "output")
 METHODS = (None, "mean", "eig", "lowrank", "diag")
 NAMES = {None: "Laplace", "mean": "MVI_mu", "eig": "MVI_eig", "lowrank": "MVI_lr", "diag": "VI_diag"}
 
