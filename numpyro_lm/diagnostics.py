@@ -158,7 +158,8 @@ def khat_verdict(khat: float) -> str:
     return (
         f"k-hat {khat:.2f} > {KHAT_OK}: the approximation misses the posterior (a heavy tail, a "
         "second mode or a hierarchical funnel); its draws and reweighted draws cannot be "
-        "trusted. Run NUTS, warm-started from this fit."
+        'trusted. For a hierarchical scale try hyper="auto" (nested Laplace), for a skewed posterior '
+        'refine="dadvi"; else run NUTS, warm-started from this fit (numpyro_lm.warm_nuts).'
     )
 
 

@@ -307,6 +307,9 @@ class Result:
             return values[0] if self.batch is None else values
 
         condition = self.condition_numbers()
+        tried = () if self.trail is None else {a.candidate for a in self.trail}
+        if getattr(self, "design", None) is not None:
+            tried = {*tried, "nested"}  # a nested fit: hyper= was given
         return {
             **self._fit_diagnostics(),
             "trusted": per_row([v.trusted for v in verdicts]),
@@ -323,7 +326,7 @@ class Result:
             "elbo": per_row([w.elbo for w in rows]),
             "log_evidence": per_row([w.log_evidence for w in rows]),
             "num_samples": int(self.num_samples),
-            "verdict": each([verdict_sentence(v, w.khat, w.ess) for v, w in zip(verdicts, rows)]),
+            "verdict": each([verdict_sentence(v, w.khat, w.ess, tried) for v, w in zip(verdicts, rows)]),
             "trail": None if self.trail is None else [a._asdict() for a in self.trail],
         }
 

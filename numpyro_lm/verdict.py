@@ -176,8 +176,9 @@ def judge(khat: float, num_samples: int, ess: float, shift: dict, *, converged: 
     return Verdict(not reasons, tuple(reasons), threshold, dict(shift))
 
 
-def verdict_sentence(verdict: Verdict, khat: float, ess: float) -> str:
-    """The verdict in words, with what to do."""
+def verdict_sentence(verdict: Verdict, khat: float, ess: float, tried=()) -> str:
+    """The verdict in words, with what to do: reweighted draws where the weights allow,
+    then the cheaper fixes not yet in ``tried`` (the auto-pilot's candidates) before NUTS."""
     if verdict.trusted:
         worst = max(verdict.shift.values(), default=0.0)
         k = "-inf (the approximation is exact up to rounding)" if khat == -np.inf else f"{khat:.2f}"
@@ -186,5 +187,10 @@ def verdict_sentence(verdict: Verdict, khat: float, ess: float) -> str:
                 f"each marginal by {moved} SD; the draws can be used as they are.")
     light = khat <= verdict.khat_threshold and ess >= 100
     fix = ('get_samples(resample="psis") gives reweighted draws (importance ESS '
-           f'{ess:.0f}); or ' if light else "") + NUTS_HINT
+           f'{ess:.0f}); or ' if light else "")
+    if "nested" not in tried:
+        fix += 'for a hierarchical scale, LaplaceMatching(model, hyper="auto") (nested Laplace); or '
+    if "refine" not in tried:
+        fix += 'for a skewed posterior, refine="dadvi"; or '
+    fix += NUTS_HINT
     return "NOT trusted: " + "; ".join(verdict.reasons) + ". To fix: " + fix + "."

@@ -151,3 +151,15 @@ def test_spread_points_cover_the_box_deterministically():
     counts = np.stack([np.histogram(p[:, j], bins=8, range=(-2, 2))[0] for j in range(3)])
     assert np.all(np.abs(counts - 25) <= 5)
     assert default_starts(10) == 4 and default_starts(10_000) == 1 and default_starts(10, 2) == 2
+
+
+def test_the_advice_names_the_cheaper_fixes_not_yet_tried_before_nuts():
+    from numpyro_lm.verdict import Verdict, verdict_sentence
+
+    bad = Verdict(False, ("k-hat 1.20 > 0.70",), 0.7, {"tau": 2.0})
+    fresh = verdict_sentence(bad, 1.2, 3.0)
+    assert 'hyper="auto"' in fresh and 'refine="dadvi"' in fresh and "warm_nuts" in fresh
+    assert 'resample="psis"' not in fresh  # k-hat above the threshold: reweighting cannot help
+    assert fresh.index('hyper="auto"') < fresh.index("warm_nuts")  # cheapest first
+    after_autopilot = verdict_sentence(bad, 1.2, 3.0, tried={"nested", "laplace", "psis", "refine"})
+    assert "hyper=" not in after_autopilot and "refine=" not in after_autopilot and "warm_nuts" in after_autopilot
