@@ -1,0 +1,260 @@
+r"""Laplace-marginal NUTS: NUTS over the hyperparameters, Laplace over the latent field.
+
+The latent coordinates of a model split into hyperparameters :math:`\phi` (global scales,
+locations: few) and a latent field :math:`\theta` (sites inside plates, Gaussian-process
+values: many), both in their Laplace Matching bases. NUTS samples :math:`\phi` from the
+*Laplace marginal*
+
+.. math:: \log \tilde p(\phi \mid y) = \log p(y, \theta^*(\phi), \phi)
+          + \tfrac{d}{2}\log 2\pi - \tfrac12 \log\det H(\phi) + \text{const},
+
+with :math:`\theta^*(\phi) = \arg\max_\theta \log p(y, \theta, \phi)` found by the package's
+Newton method (:func:`numpyro_lm.laplace.laplace_update`) and :math:`H(\phi)` the negative
+Hessian in :math:`\theta` there (Tierney and Kadane 1986; Rue, Martino and Chopin 2009). The
+gradient in :math:`\phi` goes through :math:`\theta^*` by the implicit function theorem:
+:math:`\nabla_\theta \log p = 0` at the mode, so
+:math:`\partial\theta^*/\partial\phi = H^{-1}\,\partial^2_{\theta\phi}\log p`, applied as one
+linear solve and one vector-Jacobian product (:func:`conditional_mode`, a ``custom_vjp``):
+the Newton iterations are never differentiated. Margossian et al. (2020, "Hamiltonian Monte
+Carlo using an adjoint-differentiated Laplace approximation") and blackjax's ``laplace_hmc``
+do the same for a hand-written ``log_joint(theta, phi)``; here any NumPyro model works.
+
+After each NUTS step, one draw of :math:`\theta` comes from the conditional Laplace
+Gaussian :math:`N(\theta^*(\phi), H(\phi)^{-1})` in the basis, so the chain holds every
+latent site, constrained, as NUTS's would.
+
+An inner solve that does not converge, or stops where :math:`H` is not positive definite,
+gives an infinite potential: NUTS counts the trajectory as divergent and does not move
+there. The state records whether the solve at each kept draw converged
+(``inner_failed``), so ``MCMC(..., extra_fields=("inner_failed",))`` counts them.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from numpyro.infer import NUTS, init_to_median
+from numpyro.infer.mcmc import MCMCKernel
+
+from .laplace import laplace_init, laplace_update
+from .model import model_info
+
+__all__ = ["LaplaceNUTS", "LaplaceNUTSState", "default_marginalized", "conditional_mode", "laplace_marginal"]
+
+
+class LaplaceNUTSState(NamedTuple):
+    """``z``: every latent coordinate (``phi`` from NUTS, ``theta`` drawn given it), flat, in
+    the LM bases; ``hmc``: NUTS's state over ``phi``; ``theta_mode``: the conditional mode at
+    ``phi``; ``inner_failed``: its Newton solve did not converge or found no mode;
+    ``diverging`` and ``num_steps`` as NUTS reports them; ``rng_key`` for the draws of theta."""
+
+    z: jnp.ndarray
+    hmc: object
+    theta_mode: jnp.ndarray
+    inner_failed: jnp.ndarray
+    diverging: jnp.ndarray
+    num_steps: jnp.ndarray
+    rng_key: jnp.ndarray
+
+
+def default_marginalized(layout) -> list:
+    """The latent field a default :class:`LaplaceNUTS` integrates out: every site inside a
+    plate, and every multivariate-normal latent (a GP's values); the rest (global sites outside
+    the plates) are the hyperparameters NUTS samples."""
+    return [s.name for s in layout.sites if s.plates or s.prior == "MultivariateNormal"]
+
+
+def _split(layout, marginalize):
+    theta = [s for s in layout.sites if s.name in marginalize]
+    phi = [s for s in layout.sites if s.name not in marginalize]
+    index = lambda sites: np.concatenate([np.arange(s.offset, s.offset + s.size) for s in sites]) if sites else \
+        np.zeros(0, int)
+    return index(theta), index(phi)
+
+
+def _joint(theta, phi, theta_index, phi_index, size):
+    flat = jnp.zeros(size, jnp.result_type(theta, phi))
+    return flat.at[theta_index].set(theta).at[phi_index].set(phi)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(0, 3, 4))
+def conditional_mode(log_density, phi, theta0, tol, max_iter):
+    r"""``(theta*, converged)``: the mode of ``log_density(theta, phi)`` in ``theta`` by Newton
+    from ``theta0``, differentiable in ``phi`` by the implicit function theorem (module
+    docstring); ``converged`` is False where the search stopped short or found no mode."""
+    return _solve(log_density, phi, theta0, tol, max_iter)
+
+
+def _solve(log_density, phi, theta0, tol, max_iter):
+    fn = lambda theta: log_density(theta, phi)
+    state = laplace_update(fn, laplace_init(fn, theta0), tol=tol, max_iter=max_iter)
+    return state.x, state.converged & state.positive & jnp.isfinite(state.value)
+
+
+def _mode_fwd(log_density, phi, theta0, tol, max_iter):
+    theta, ok = _solve(log_density, phi, theta0, tol, max_iter)
+    return (theta, ok), (theta, phi)
+
+
+def _mode_bwd(log_density, tol, max_iter, residual, cotangent):
+    theta, phi = residual
+    v = cotangent[0]
+    hess = -jax.hessian(log_density)(theta, phi)
+    u = jnp.linalg.solve(hess, v)
+    # d theta*/d phi = H^-1 d2 log p / d theta d phi: its transpose applied to v
+    grad_phi = jax.grad(lambda p: jnp.vdot(jax.grad(log_density)(theta, p), u))(phi)
+    return grad_phi, jnp.zeros_like(theta)
+
+
+conditional_mode.defvjp(_mode_fwd, _mode_bwd)
+
+
+def laplace_marginal(log_density, phi, theta0, tol, max_iter):
+    r"""``(log p~(phi | y) up to a constant, theta*, negative Hessian H, ok)`` (module
+    docstring). Where the inner solve failed the value is ``-inf``."""
+    theta, ok = conditional_mode(log_density, phi, theta0, tol, max_iter)
+    hess = -jax.hessian(log_density)(theta, phi)
+    chol = jnp.linalg.cholesky(hess)
+    log_det = 2.0 * jnp.sum(jnp.log(jnp.diagonal(chol)))
+    value = log_density(theta, phi) + 0.5 * theta.shape[-1] * jnp.log(2.0 * jnp.pi) - 0.5 * log_det
+    ok = ok & jnp.isfinite(value)
+    return jnp.where(ok, value, -jnp.inf), theta, hess, ok
+
+
+class LaplaceNUTS(MCMCKernel):
+    r"""NUTS over a model's hyperparameters on the Laplace marginal of its latent field
+    (module docstring), used as ``MCMC(LaplaceNUTS(model), num_warmup=..., num_samples=...)``.
+
+    :param model: a NumPyro model.
+    :param marginalize: the latent sites integrated out by Laplace (default
+        :func:`default_marginalized`: sites inside plates and multivariate-normal latents).
+    :param dict bases, families: per-site LM bases and families, as in
+        :class:`~numpyro_lm.LaplaceMatching`.
+    :param float inner_tol: the inner Newton decrement tolerance (default: the package's for
+        the precision, :func:`~numpyro_lm.optimize.default_tol`).
+    :param int inner_max_iter: Newton evaluations per inner solve.
+    :param init_strategy: a NumPyro init strategy for the first point (default
+        ``init_to_median``: the prior's medians, where the latent field's conditional mode
+        usually exists); ``MCMC.run(init_params=...)`` takes flat LM-basis coordinates instead.
+    :param nuts_kwargs: NumPyro ``NUTS`` options (``target_accept_prob``, ``max_tree_depth``,
+        ``dense_mass``, ...); ``potential_fn`` and ``model`` are this kernel's.
+    """
+
+    sample_field = "z"
+
+    def __init__(self, model, marginalize: Optional[list] = None, *, bases: Optional[dict] = None,
+                 families: Optional[dict] = None, inner_tol: Optional[float] = None, inner_max_iter: int = 50,
+                 init_strategy=init_to_median, **nuts_kwargs):
+        for name in ("potential_fn", "model"):
+            if name in nuts_kwargs:
+                raise TypeError(f"LaplaceNUTS builds its own {name}= from the model: drop it")
+        if inner_max_iter < 1:
+            raise ValueError(f"inner_max_iter must be positive, not {inner_max_iter}")
+        self._model, self.marginalize = model, None if marginalize is None else list(marginalize)
+        self.bases, self.families, self.inner_tol, self.inner_max_iter = bases, families, inner_tol, inner_max_iter
+        self.nuts_kwargs, self.init_strategy = nuts_kwargs, init_strategy
+        self._info = self._nuts = self._split = self._theta0 = self._args = None
+
+    @property
+    def model(self):
+        return self._model
+
+    @property
+    def default_fields(self):
+        return ("z", "diverging")
+
+    def __repr__(self):
+        if self._split is None:
+            chosen = "chosen at run()" if self.marginalize is None else self.marginalize
+            return f"LaplaceNUTS(marginalize={chosen})"
+        theta = [s.name for s in self._info.layout.sites if s.name in self._theta_sites]
+        phi = [s.name for s in self._info.layout.sites if s.name not in self._theta_sites]
+        return f"LaplaceNUTS(NUTS over {phi}, Laplace over {theta})"
+
+    # ------------------------------------------------------------------ set-up
+    def _setup(self, model_args, model_kwargs):
+        info = model_info(self._model, model_args, model_kwargs, bases=self.bases, families=self.families)
+        names = [s.name for s in info.layout.sites]
+        theta_sites = default_marginalized(info.layout) if self.marginalize is None else self.marginalize
+        unknown = [n for n in theta_sites if n not in names]
+        if unknown:
+            raise ValueError(f"marginalize names {unknown}, which are not latent sites; the latent sites are {names}")
+        if not theta_sites:
+            raise ValueError("LaplaceNUTS: no latent site to integrate out (no site inside a plate, no multivariate "
+                             "normal latent). Name them with marginalize=[...], or use NUTS itself.")
+        if len(theta_sites) == len(names):
+            raise ValueError(f"LaplaceNUTS: every latent site ({names}) would be integrated out, leaving no "
+                             "hyperparameter for NUTS. Use LaplaceMatching(model) for the joint Laplace fit, or "
+                             "name fewer sites in marginalize=.")
+        self._info, self._theta_sites, self._args = info, set(theta_sites), (model_args, model_kwargs)
+        self._split = _split(info.layout, self._theta_sites)
+
+    def _log_density(self, theta, phi):
+        theta_index, phi_index = self._split
+        flat = _joint(theta, phi, theta_index, phi_index, self._info.size)
+        args, kwargs = self._args
+        return self._info.log_density(flat, args, kwargs)
+
+    def _tol(self, dtype):
+        from .optimize import default_tol
+
+        return default_tol(dtype) if self.inner_tol is None else self.inner_tol
+
+    def potential_energy(self, phi):
+        """``-log p~(phi | y)`` (module docstring): NUTS's potential."""
+        value, _, _, _ = laplace_marginal(self._log_density, phi, self._theta0, self._tol(phi.dtype),
+                                          self.inner_max_iter)
+        return -value
+
+    # ------------------------------------------------------------------ kernel
+    def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
+        self._setup(model_args, model_kwargs)
+        theta_index, phi_index = self._split
+        key_init, key_nuts, key_draw = jax.random.split(rng_key, 3)
+        if init_params is None:
+            flat = self._info.init(key_init, model_args, model_kwargs, init_strategy=self.init_strategy)
+        else:
+            flat = jnp.asarray(init_params)
+        phi0 = flat[phi_index]
+        # the inner searches start where the conditional mode at the first phi is
+        theta_start = flat[theta_index]
+        theta0, ok = _solve(self._log_density, phi0, theta_start, self._tol(phi0.dtype), 10 * self.inner_max_iter)
+        if not isinstance(ok, jax.core.Tracer) and not bool(ok):  # checkable outside vmapped chains
+            raise FloatingPointError("LaplaceNUTS: the conditional mode of the latent field at the initial "
+                                     "hyperparameters was not found (Newton did not converge or the Hessian is not "
+                                     "negative definite there). Pass init_params or raise inner_max_iter.")
+        self._theta0 = theta0
+        self._nuts = NUTS(potential_fn=self.potential_energy, **self.nuts_kwargs)
+        hmc = self._nuts.init(key_nuts, num_warmup, phi0, (), {})
+        return self._state(hmc, key_draw)
+
+    def _state(self, hmc, rng_key):
+        theta_index, phi_index = self._split
+        phi = hmc.z
+        _, mode, hess, ok = laplace_marginal(self._log_density, phi, self._theta0, self._tol(phi.dtype),
+                                             self.inner_max_iter)
+        rng_key, key = jax.random.split(rng_key)
+        chol = jnp.linalg.cholesky(hess)
+        eps = jax.random.normal(key, mode.shape, mode.dtype)
+        theta = mode + jax.scipy.linalg.solve_triangular(chol.T, eps, lower=False)  # N(mode, H^-1)
+        z = _joint(theta, phi, theta_index, phi_index, self._info.size)
+        return LaplaceNUTSState(z, hmc, mode, ~ok, hmc.diverging, hmc.num_steps, rng_key)
+
+    def sample(self, state, model_args, model_kwargs):
+        hmc = self._nuts.sample(state.hmc, (), {})
+        return self._state(hmc, state.rng_key)
+
+    def postprocess_fn(self, model_args, model_kwargs):
+        info = self._info
+
+        def constrain(z):
+            return info.constrain(z, model_args, model_kwargs)
+
+        return constrain
+
+    def get_diagnostics_str(self, state):
+        return self._nuts.get_diagnostics_str(state.hmc)
