@@ -31,7 +31,7 @@ test: $(VENV)/.installed-dev
 	$(PY) -m pytest -q -n auto --dist loadfile --max-worker-restart=0 tests
 
 bench: $(VENV)/.installed
-	$(PIP) install --quiet -e ".[plot,data]"
+	$(PIP) install --quiet -e ".[plot,data,peers]"
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/warm_start.py
 	$(PY) benchmarks/refine.py
@@ -42,6 +42,8 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/lm_gp.py
 	$(PY) benchmarks/bnn_bridge.py
 	$(PY) benchmarks/scale.py
+	$(PY) benchmarks/piham.py
+	$(PY) benchmarks/laplace_nuts.py
 
 # The site, warnings as errors; the quick examples run as it builds (sphinx-gallery).
 docs: $(VENV)/.installed-docs

@@ -3,7 +3,8 @@
 ``LaplaceMatching(model)`` replaces ``MCMC(NUTS(model))`` where a fast, closed-form
 posterior is wanted: each latent site gets its matched exponential family (Gamma, Beta,
 Dirichlet, Normal, ...) on its own domain. ``run_many`` fits many data sets in one
-compiled program, ``sbc`` checks calibration on simulated data, and the pure core
+compiled program, ``sbc`` checks calibration on simulated data, ``LaplaceNUTS`` is a
+NumPyro MCMC kernel (NUTS over the hyperparameters, Laplace over the latent field), and the pure core
 (``model_info``, ``laplace``) vmaps and jits like any JAX function.
 
 Everything else lives in submodules: ``numpyro_lm.bridge`` (the Laplace Bridge for
@@ -24,6 +25,7 @@ from .errors import NotPositiveDefiniteError
 from .data_checks import ObservedDataError
 from .families import get_family, register_family, register_prior_family
 from .laplace import LaplaceState, laplace
+from .laplace_nuts import LaplaceNUTS
 from .matching import LaplaceMatching
 from .model import ModelInfo, model_info
 from .sbc import SBCResult, sbc
@@ -33,6 +35,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "LaplaceMatching",
+    "LaplaceNUTS",
     "NotPositiveDefiniteError",
     "ObservedDataError",
     "NotTrustedWarning",

@@ -211,8 +211,19 @@ class LaplaceNUTS(MCMCKernel):
         return -value
 
     # ------------------------------------------------------------------ kernel
+    def _same_inputs(self, model_args, model_kwargs) -> bool:
+        if self._args is None:
+            return False
+        old = jax.tree.leaves(self._args)
+        new = jax.tree.leaves((model_args, model_kwargs))
+        return len(old) == len(new) and all(a is b for a, b in zip(old, new))
+
     def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
-        self._setup(model_args, model_kwargs)
+        # the same data again (a second MCMC.run): keep the traced model and the compiled
+        # potential, as MCMC keeps its compiled sampler
+        fresh = not self._same_inputs(model_args, model_kwargs)
+        if fresh:
+            self._setup(model_args, model_kwargs)
         theta_index, phi_index = self._split
         key_init, key_nuts, key_draw = jax.random.split(rng_key, 3)
         if init_params is None:
@@ -228,7 +239,8 @@ class LaplaceNUTS(MCMCKernel):
                                      "hyperparameters was not found (Newton did not converge or the Hessian is not "
                                      "negative definite there). Pass init_params or raise inner_max_iter.")
         self._theta0 = theta0
-        self._nuts = NUTS(potential_fn=self.potential_energy, **self.nuts_kwargs)
+        if fresh or self._nuts is None:
+            self._nuts = NUTS(potential_fn=self.potential_energy, **self.nuts_kwargs)
         hmc = self._nuts.init(key_nuts, num_warmup, phi0, (), {})
         return self._state(hmc, key_draw)
 
