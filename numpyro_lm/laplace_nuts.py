@@ -19,6 +19,10 @@ the Newton iterations are never differentiated. Margossian et al. (2020, "Hamilt
 Carlo using an adjoint-differentiated Laplace approximation") and blackjax's ``laplace_hmc``
 do the same for a hand-written ``log_joint(theta, phi)``; here any NumPyro model works.
 
+Each NUTS step starts its inner searches at the previous step's :math:`\theta^*`
+(NumPyro's functional ``hmc`` regenerates the potential from arguments each step, which
+carry it), so a search takes a few Newton steps where :math:`\phi` moved a little.
+
 After each NUTS step, one draw of :math:`\theta` comes from the conditional Laplace
 Gaussian :math:`N(\theta^*(\phi), H(\phi)^{-1})` in the basis, so the chain holds every
 latent site, constrained, as NUTS's would.
@@ -31,19 +35,24 @@ there. The state records whether the solve at each kept draw converged
 
 from __future__ import annotations
 
+import inspect
 from functools import partial
 from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from numpyro.infer import NUTS, init_to_median
+from numpyro.infer import init_to_median
+from numpyro.infer.hmc import hmc
 from numpyro.infer.mcmc import MCMCKernel
 
+from .hessian import ARROWHEAD_MIN_DIM, DenseHessian, hessian_for, plate_structure, structure_tol
 from .laplace import laplace_init, laplace_update
 from .model import model_info
+from .trace import Layout
 
-__all__ = ["LaplaceNUTS", "LaplaceNUTSState", "default_marginalized", "conditional_mode", "laplace_marginal"]
+__all__ = ["LaplaceNUTS", "LaplaceNUTSState", "default_marginalized", "conditional_mode", "laplace_marginal",
+           "theta_layout", "inner_hessian"]
 
 
 class LaplaceNUTSState(NamedTuple):
@@ -81,31 +90,33 @@ def _joint(theta, phi, theta_index, phi_index, size):
     return flat.at[theta_index].set(theta).at[phi_index].set(phi)
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(0, 3, 4))
-def conditional_mode(log_density, phi, theta0, tol, max_iter):
+@partial(jax.custom_vjp, nondiff_argnums=(0, 3, 4, 5))
+def conditional_mode(log_density, phi, theta0, tol, max_iter, hessian=DenseHessian()):
     r"""``(theta*, converged)``: the mode of ``log_density(theta, phi)`` in ``theta`` by Newton
     from ``theta0``, differentiable in ``phi`` by the implicit function theorem (module
-    docstring); ``converged`` is False where the search stopped short or found no mode."""
-    return _solve(log_density, phi, theta0, tol, max_iter)
+    docstring); ``converged`` is False where the search stopped short or found no mode.
+    ``hessian``: the search's Hessian strategy (:mod:`numpyro_lm.hessian`)."""
+    return _solve(log_density, phi, theta0, tol, max_iter, hessian)
 
 
-def _solve(log_density, phi, theta0, tol, max_iter):
+def _solve(log_density, phi, theta0, tol, max_iter, hessian):
     fn = lambda theta: log_density(theta, phi)
-    state = laplace_update(fn, laplace_init(fn, theta0), tol=tol, max_iter=max_iter)
-    return state.x, state.converged & state.positive & jnp.isfinite(state.value)
+    state = laplace_update(fn, laplace_init(fn, theta0, hessian=hessian), tol=tol, max_iter=max_iter,
+                           hessian=hessian)
+    ok = state.converged & state.positive & jnp.isfinite(state.value)
+    return state.x, ok & (state.structure_error <= structure_tol(state.x.dtype))
 
 
-def _mode_fwd(log_density, phi, theta0, tol, max_iter):
-    theta, ok = _solve(log_density, phi, theta0, tol, max_iter)
+def _mode_fwd(log_density, phi, theta0, tol, max_iter, hessian):
+    theta, ok = _solve(log_density, phi, theta0, tol, max_iter, hessian)
     return (theta, ok), (theta, phi)
 
 
-def _mode_bwd(log_density, tol, max_iter, residual, cotangent):
+def _mode_bwd(log_density, tol, max_iter, hessian, residual, cotangent):
     theta, phi = residual
-    v = cotangent[0]
-    hess = -jax.hessian(log_density)(theta, phi)
-    u = jnp.linalg.solve(hess, v)
-    # d theta*/d phi = H^-1 d2 log p / d theta d phi: its transpose applied to v
+    _, _, hess, _ = hessian.evaluate(lambda t: -log_density(t, phi), theta)
+    u = hessian.curvature(hess).solve(cotangent[0])
+    # d theta*/d phi = H^-1 d2 log p / d theta d phi: its transpose applied to the cotangent
     grad_phi = jax.grad(lambda p: jnp.vdot(jax.grad(log_density)(theta, p), u))(phi)
     return grad_phi, jnp.zeros_like(theta)
 
@@ -113,16 +124,45 @@ def _mode_bwd(log_density, tol, max_iter, residual, cotangent):
 conditional_mode.defvjp(_mode_fwd, _mode_bwd)
 
 
-def laplace_marginal(log_density, phi, theta0, tol, max_iter):
-    r"""``(log p~(phi | y) up to a constant, theta*, negative Hessian H, ok)`` (module
-    docstring). Where the inner solve failed the value is ``-inf``."""
-    theta, ok = conditional_mode(log_density, phi, theta0, tol, max_iter)
-    hess = -jax.hessian(log_density)(theta, phi)
-    chol = jnp.linalg.cholesky(hess)
-    log_det = 2.0 * jnp.sum(jnp.log(jnp.diagonal(chol)))
-    value = log_density(theta, phi) + 0.5 * theta.shape[-1] * jnp.log(2.0 * jnp.pi) - 0.5 * log_det
-    ok = ok & jnp.isfinite(value)
-    return jnp.where(ok, value, -jnp.inf), theta, hess, ok
+def laplace_marginal(log_density, phi, theta0, tol, max_iter, hessian=DenseHessian()):
+    r"""``(log p~(phi | y) up to a constant, theta*, the strategy's Hessian at theta*, ok)``
+    (module docstring). Where the inner solve failed the value is ``-inf``."""
+    theta, ok = conditional_mode(log_density, phi, theta0, tol, max_iter, hessian)
+    value, _, hess, _ = hessian.evaluate(lambda t: -log_density(t, phi), theta)
+    half_logdet, positive = _half_logdet(hessian, hess)
+    out = -value + 0.5 * theta.shape[-1] * jnp.log(2.0 * jnp.pi) - half_logdet
+    ok = ok & positive & jnp.isfinite(out)
+    return jnp.where(ok, out, -jnp.inf), theta, hess, ok
+
+
+def _half_logdet(hessian, hess):
+    """``(log det H / 2, H positive definite)``, differentiable: JAX's own Cholesky (the
+    package's batched one has no derivative rule) or the arrowhead's block factor."""
+    if isinstance(hessian, DenseHessian):
+        chol = jnp.linalg.cholesky(hess)
+        return jnp.sum(jnp.log(jnp.diagonal(chol))), jnp.all(jnp.isfinite(chol))
+    curvature = hessian.curvature(hess)
+    return 0.5 * curvature.logdet(), curvature.positive()
+
+
+def theta_layout(layout, theta_sites) -> Layout:
+    """The layout of the latent field alone (its sites, offsets counted within it): the
+    structured curvatures (:mod:`numpyro_lm.hessian`) read its plates."""
+    sites, offset = [], 0
+    for s in layout.sites:
+        if s.name in theta_sites:
+            sites.append(s._replace(offset=offset))
+            offset += s.size
+    return Layout(tuple(sites), offset)
+
+
+def inner_hessian(layout, curvature: str = "auto"):
+    """The inner search's Hessian strategy: ``"dense"``, ``"arrowhead"`` (the field's plate),
+    or ``"auto"``: the arrowhead above :data:`~numpyro_lm.hessian.ARROWHEAD_MIN_DIM` field
+    coordinates where a plate gives one (a GLMM's random effects: one block per group), else dense."""
+    if curvature == "auto":
+        curvature = "arrowhead" if layout.size > ARROWHEAD_MIN_DIM and plate_structure(layout) else "dense"
+    return hessian_for(layout, curvature)
 
 
 class LaplaceNUTS(MCMCKernel):
@@ -137,27 +177,35 @@ class LaplaceNUTS(MCMCKernel):
     :param float inner_tol: the inner Newton decrement tolerance (default: the package's for
         the precision, :func:`~numpyro_lm.optimize.default_tol`).
     :param int inner_max_iter: Newton evaluations per inner solve.
+    :param str curvature: the inner Hessian (:func:`inner_hessian`): ``"auto"`` (default),
+        ``"dense"`` or ``"arrowhead"`` (one block per entry of the field's plate: ``O(J)``).
     :param init_strategy: a NumPyro init strategy for the first point (default
         ``init_to_median``: the prior's medians, where the latent field's conditional mode
         usually exists); ``MCMC.run(init_params=...)`` takes flat LM-basis coordinates instead.
-    :param nuts_kwargs: NumPyro ``NUTS`` options (``target_accept_prob``, ``max_tree_depth``,
-        ``dense_mass``, ...); ``potential_fn`` and ``model`` are this kernel's.
+    :param nuts_kwargs: options of NumPyro's NUTS (``target_accept_prob``, ``max_tree_depth``,
+        ``dense_mass``, ``step_size``, ...: those of ``numpyro.infer.hmc.hmc``'s ``init_kernel``);
+        ``potential_fn`` and ``model`` are this kernel's.
     """
 
     sample_field = "z"
 
     def __init__(self, model, marginalize: Optional[list] = None, *, bases: Optional[dict] = None,
                  families: Optional[dict] = None, inner_tol: Optional[float] = None, inner_max_iter: int = 50,
-                 init_strategy=init_to_median, **nuts_kwargs):
+                 init_strategy=init_to_median, curvature: str = "auto", **nuts_kwargs):
         for name in ("potential_fn", "model"):
             if name in nuts_kwargs:
                 raise TypeError(f"LaplaceNUTS builds its own {name}= from the model: drop it")
+        options = set(inspect.signature(hmc(potential_fn=lambda z: 0.0)[0]).parameters)
+        options -= {"init_params", "num_warmup", "model_args", "model_kwargs", "rng_key"}
+        unknown = sorted(set(nuts_kwargs) - options)
+        if unknown:
+            raise TypeError(f"LaplaceNUTS: unknown NUTS option(s) {unknown}; the options are {sorted(options)}")
         if inner_max_iter < 1:
             raise ValueError(f"inner_max_iter must be positive, not {inner_max_iter}")
         self._model, self.marginalize = model, None if marginalize is None else list(marginalize)
         self.bases, self.families, self.inner_tol, self.inner_max_iter = bases, families, inner_tol, inner_max_iter
-        self.nuts_kwargs, self.init_strategy = nuts_kwargs, init_strategy
-        self._info = self._nuts = self._split = self._theta0 = self._args = None
+        self.nuts_kwargs, self.init_strategy, self.curvature = nuts_kwargs, init_strategy, curvature
+        self._info = self._kernels = self._split = self._theta0 = self._args = self._hessian = None
 
     @property
     def model(self):
@@ -192,6 +240,7 @@ class LaplaceNUTS(MCMCKernel):
                              "name fewer sites in marginalize=.")
         self._info, self._theta_sites, self._args = info, set(theta_sites), (model_args, model_kwargs)
         self._split = _split(info.layout, self._theta_sites)
+        self._hessian = inner_hessian(theta_layout(info.layout, self._theta_sites), self.curvature)
 
     def _log_density(self, theta, phi):
         theta_index, phi_index = self._split
@@ -204,11 +253,16 @@ class LaplaceNUTS(MCMCKernel):
 
         return default_tol(dtype) if self.inner_tol is None else self.inner_tol
 
-    def potential_energy(self, phi):
-        """``-log p~(phi | y)`` (module docstring): NUTS's potential."""
-        value, _, _, _ = laplace_marginal(self._log_density, phi, self._theta0, self._tol(phi.dtype),
-                                          self.inner_max_iter)
+    def potential_energy(self, phi, theta_start=None):
+        """``-log p~(phi | y)`` (module docstring): NUTS's potential, its inner search started
+        at ``theta_start`` (default: the conditional mode at the first point)."""
+        theta_start = self._theta0 if theta_start is None else theta_start
+        value, _, _, _ = laplace_marginal(self._log_density, phi, theta_start, self._tol(phi.dtype),
+                                          self.inner_max_iter, self._hessian)
         return -value
+
+    def _potential_at(self, theta_start):
+        return partial(self.potential_energy, theta_start=theta_start)
 
     # ------------------------------------------------------------------ kernel
     def _same_inputs(self, model_args, model_kwargs) -> bool:
@@ -233,32 +287,36 @@ class LaplaceNUTS(MCMCKernel):
         phi0 = flat[phi_index]
         # the inner searches start where the conditional mode at the first phi is
         theta_start = flat[theta_index]
-        theta0, ok = _solve(self._log_density, phi0, theta_start, self._tol(phi0.dtype), 10 * self.inner_max_iter)
+        theta0, ok = _solve(self._log_density, phi0, theta_start, self._tol(phi0.dtype), 10 * self.inner_max_iter,
+                            self._hessian)
         if not isinstance(ok, jax.core.Tracer) and not bool(ok):  # checkable outside vmapped chains
             raise FloatingPointError("LaplaceNUTS: the conditional mode of the latent field at the initial "
                                      "hyperparameters was not found (Newton did not converge or the Hessian is not "
                                      "negative definite there). Pass init_params or raise inner_max_iter.")
         self._theta0 = theta0
-        if fresh or self._nuts is None:
-            self._nuts = NUTS(potential_fn=self.potential_energy, **self.nuts_kwargs)
-        hmc = self._nuts.init(key_nuts, num_warmup, phi0, (), {})
-        return self._state(hmc, key_draw)
+        if fresh or self._kernels is None:
+            self._kernels = hmc(potential_fn_gen=self._potential_at, algo="NUTS")
+        init_kernel, _ = self._kernels
+        state = init_kernel(phi0, num_warmup, model_args=(theta0,), rng_key=key_nuts, **self.nuts_kwargs)
+        return self._state(state, theta0, key_draw)
 
-    def _state(self, hmc, rng_key):
+    def _state(self, hmc_state, theta_start, rng_key):
         theta_index, phi_index = self._split
-        phi = hmc.z
-        _, mode, hess, ok = laplace_marginal(self._log_density, phi, self._theta0, self._tol(phi.dtype),
-                                             self.inner_max_iter)
+        phi = hmc_state.z
+        _, mode, hess, ok = laplace_marginal(self._log_density, phi, theta_start, self._tol(phi.dtype),
+                                             self.inner_max_iter, self._hessian)
         rng_key, key = jax.random.split(rng_key)
-        chol = jnp.linalg.cholesky(hess)
         eps = jax.random.normal(key, mode.shape, mode.dtype)
-        theta = mode + jax.scipy.linalg.solve_triangular(chol.T, eps, lower=False)  # N(mode, H^-1)
+        theta = mode + self._hessian.curvature(hess).inv_sqrt(eps)  # N(mode, H^-1)
         z = _joint(theta, phi, theta_index, phi_index, self._info.size)
-        return LaplaceNUTSState(z, hmc, mode, ~ok, hmc.diverging, hmc.num_steps, rng_key)
+        # a failed solve at a kept point (it cannot be one: its potential is infinite) keeps the last start
+        mode = jnp.where(ok, mode, theta_start)
+        return LaplaceNUTSState(z, hmc_state, mode, ~ok, hmc_state.diverging, hmc_state.num_steps, rng_key)
 
     def sample(self, state, model_args, model_kwargs):
-        hmc = self._nuts.sample(state.hmc, (), {})
-        return self._state(hmc, state.rng_key)
+        _, sample_kernel = self._kernels
+        hmc_state = sample_kernel(state.hmc, model_args=(state.theta_mode,))
+        return self._state(hmc_state, state.theta_mode, state.rng_key)
 
     def postprocess_fn(self, model_args, model_kwargs):
         info = self._info
@@ -269,4 +327,5 @@ class LaplaceNUTS(MCMCKernel):
         return constrain
 
     def get_diagnostics_str(self, state):
-        return self._nuts.get_diagnostics_str(state.hmc)
+        return "{} steps of size {:.2e}. acc. prob={:.2f}".format(
+            state.hmc.num_steps, state.hmc.adapt_state.step_size, state.hmc.mean_accept_prob)

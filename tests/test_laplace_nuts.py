@@ -119,3 +119,33 @@ def test_no_mode_at_the_start_is_a_clear_error():
 
     with pytest.raises(FloatingPointError, match="conditional mode"):
         MCMC(LaplaceNUTS(model), num_warmup=5, num_samples=5, progress_bar=False).run(jax.random.PRNGKey(0))
+
+
+def test_the_arrowhead_inner_curvature_gives_the_dense_marginal_and_gradient():
+    from numpyro_lm.hessian import ArrowheadHessian, DenseHessian, plate_structure
+    from numpyro_lm.laplace_nuts import _joint, _split, inner_hessian, theta_layout
+
+    info = model_info(gaussian_hierarchy, (Y,))
+    layout = theta_layout(info.layout, {"theta"})
+    assert layout.size == 6 and layout.sites[0].offset == 0
+    assert isinstance(inner_hessian(layout), DenseHessian)  # 6 coordinates: below ARROWHEAD_MIN_DIM
+    arrowhead = ArrowheadHessian(plate_structure(layout))
+    assert isinstance(inner_hessian(layout, "arrowhead"), ArrowheadHessian)
+    theta_index, phi_index = _split(info.layout, {"theta"})
+
+    def log_density(theta, phi):
+        return info.log_density(_joint(theta, phi, theta_index, phi_index, info.size), (Y,))
+
+    values = {}
+    for name, hessian in (("dense", DenseHessian()), ("arrowhead", arrowhead)):
+        marginal = lambda p, h=hessian: laplace_marginal(log_density, p, jnp.zeros(6), 1e-4, 50, h)[0]
+        values[name] = (marginal(jnp.array([0.7])), jax.grad(marginal)(jnp.array([0.7])))
+    # the same numbers computed by two factorisations in float32
+    np.testing.assert_allclose(values["arrowhead"][0], values["dense"][0], rtol=1e-5)
+    np.testing.assert_allclose(values["arrowhead"][1], values["dense"][1], rtol=1e-4)
+
+
+def test_unknown_nuts_options_are_refused_by_name():
+    with pytest.raises(TypeError, match="target_accept"):
+        LaplaceNUTS(gaussian_hierarchy, target_accept=0.9)
+    LaplaceNUTS(gaussian_hierarchy, target_accept_prob=0.9, max_tree_depth=8)  # NUTS's own names work
