@@ -36,7 +36,8 @@ def blocks(page):
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
-def test_the_pages_code_runs_and_prints_what_the_page_says(page, tmp_path, monkeypatch):
+def test_the_pages_code_runs_and_prints_what_the_page_says(page, tmp_path, monkeypatch, x32):
+    # the pages are written for NumPyro's default precision, whatever another test left set
     setup, found = blocks(page)
     monkeypatch.chdir(tmp_path)  # pictures a snippet saves land here
     namespace = {"__name__": f"docs_{page.stem}"}
