@@ -49,6 +49,7 @@ from numpyro.infer.mcmc import MCMCKernel
 from .hessian import ARROWHEAD_MIN_DIM, DenseHessian, hessian_for, plate_structure, structure_tol
 from .laplace import laplace_init, laplace_update
 from .model import model_info
+from .optimize import default_tol
 from .trace import Layout
 
 __all__ = ["LaplaceNUTS", "LaplaceNUTSState", "default_marginalized", "conditional_mode", "laplace_marginal",
@@ -156,6 +157,9 @@ def theta_layout(layout, theta_sites) -> Layout:
     return Layout(tuple(sites), offset)
 
 
+INNER_CURVATURES = ("auto", "dense", "arrowhead")
+
+
 def inner_hessian(layout, curvature: str = "auto"):
     """The inner search's Hessian strategy: ``"dense"``, ``"arrowhead"`` (the field's plate),
     or ``"auto"``: the arrowhead above :data:`~numpyro_lm.hessian.ARROWHEAD_MIN_DIM` field
@@ -202,6 +206,8 @@ class LaplaceNUTS(MCMCKernel):
             raise TypeError(f"LaplaceNUTS: unknown NUTS option(s) {unknown}; the options are {sorted(options)}")
         if inner_max_iter < 1:
             raise ValueError(f"inner_max_iter must be positive, not {inner_max_iter}")
+        if curvature not in INNER_CURVATURES:
+            raise ValueError(f"curvature must be one of {INNER_CURVATURES}, not {curvature!r}")
         self._model, self.marginalize = model, None if marginalize is None else list(marginalize)
         self.bases, self.families, self.inner_tol, self.inner_max_iter = bases, families, inner_tol, inner_max_iter
         self.nuts_kwargs, self.init_strategy, self.curvature = nuts_kwargs, init_strategy, curvature
@@ -249,8 +255,6 @@ class LaplaceNUTS(MCMCKernel):
         return self._info.log_density(flat, args, kwargs)
 
     def _tol(self, dtype):
-        from .optimize import default_tol
-
         return default_tol(dtype) if self.inner_tol is None else self.inner_tol
 
     def potential_energy(self, phi, theta_start=None):

@@ -149,3 +149,5 @@ def test_unknown_nuts_options_are_refused_by_name():
     with pytest.raises(TypeError, match="target_accept"):
         LaplaceNUTS(gaussian_hierarchy, target_accept=0.9)
     LaplaceNUTS(gaussian_hierarchy, target_accept_prob=0.9, max_tree_depth=8)  # NUTS's own names work
+    with pytest.raises(ValueError, match="curvature"):
+        LaplaceNUTS(gaussian_hierarchy, curvature="lowrank")
