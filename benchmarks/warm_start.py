@@ -25,6 +25,7 @@ from numpyro.infer import MCMC, NUTS
 
 sys.path.insert(0, os.path.dirname(__file__))
 from models import MODELS  # noqa: E402
+from report import write_results  # noqa: E402
 
 from numpyro_lm import LaplaceMatching  # noqa: E402
 from numpyro_lm.adapters import warm_nuts  # noqa: E402
@@ -86,16 +87,19 @@ def warm_up_jax():
 
 def main(names):
     warm_up_jax()
-    print("| model | LM k-hat | cold s | cold min ESS | cold ESS/s | cold R-hat | warm s | warm min ESS | "
-          "warm ESS/s | warm R-hat | ESS/s ratio |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    lines = ["| model | LM k-hat | cold s | cold min ESS | cold ESS/s | cold R-hat | warm s | warm min ESS | "
+             "warm ESS/s | warm R-hat | ESS/s ratio |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    print("\n".join(lines))
     for name in names:
         r = bench(name)
         for run in ("first", "compiled"):
             c, w = r[run]["cold"], r[run]["warm"]
-            print(f"| {name} ({run}) | {r['k_hat']:.2f} | {c['seconds']:.1f} | {c['ess']:.0f} | "
-                  f"{c['ess_per_s']:.1f} | {c['rhat']:.3f} | {w['seconds']:.1f} | {w['ess']:.0f} | "
-                  f"{w['ess_per_s']:.1f} | {w['rhat']:.3f} | {r[run]['ratio']:.1f} |", flush=True)
+            lines.append(f"| {name} ({run}) | {r['k_hat']:.2f} | {c['seconds']:.1f} | {c['ess']:.0f} | "
+                         f"{c['ess_per_s']:.1f} | {c['rhat']:.3f} | {w['seconds']:.1f} | {w['ess']:.0f} | "
+                         f"{w['ess_per_s']:.1f} | {w['rhat']:.3f} | {r[run]['ratio']:.1f} |")
+            print(lines[-1], flush=True)
+    if set(names) == set(MODELS):  # a partial run leaves the page's table as it is
+        write_results("warm_start", "\n".join(lines), "samplers.md")
 
 
 if __name__ == "__main__":
