@@ -101,22 +101,30 @@ def conditional_mode(log_density, phi, theta0, tol, max_iter, hessian=DenseHessi
 
 
 def _solve(log_density, phi, theta0, tol, max_iter, hessian):
+    theta, ok, _ = _search(log_density, phi, theta0, tol, max_iter, hessian)
+    return theta, ok
+
+
+def _search(log_density, phi, theta0, tol, max_iter, hessian):
+    """``(theta*, ok, the strategy's Hessian of -log p at theta*)``."""
     fn = lambda theta: log_density(theta, phi)
     state = laplace_update(fn, laplace_init(fn, theta0, hessian=hessian), tol=tol, max_iter=max_iter,
                            hessian=hessian)
     ok = state.converged & state.positive & jnp.isfinite(state.value)
-    return state.x, ok & (state.structure_error <= structure_tol(state.x.dtype))
+    return state.x, ok & (state.structure_error <= structure_tol(state.x.dtype)), state.hess
 
 
 def _mode_fwd(log_density, phi, theta0, tol, max_iter, hessian):
-    theta, ok = _solve(log_density, phi, theta0, tol, max_iter, hessian)
-    return (theta, ok), (theta, phi)
+    theta, ok, hess = _search(log_density, phi, theta0, tol, max_iter, hessian)
+    return (theta, ok), (theta, phi, hess)
 
 
 def _mode_bwd(log_density, tol, max_iter, hessian, residual, cotangent):
-    theta, phi = residual
-    _, _, hess, _ = hessian.evaluate(lambda t: -log_density(t, phi), theta)
-    u = hessian.curvature(hess).solve(cotangent[0])
+    theta, phi, hess = residual  # the search's last Hessian is the one at its end point
+    if isinstance(hessian, DenseHessian):
+        u = jnp.linalg.solve(hess, cotangent[0])
+    else:
+        u = hessian.curvature(hess).solve(cotangent[0])
     # d theta*/d phi = H^-1 d2 log p / d theta d phi: its transpose applied to the cotangent
     grad_phi = jax.grad(lambda p: jnp.vdot(jax.grad(log_density)(theta, p), u))(phi)
     return grad_phi, jnp.zeros_like(theta)
