@@ -4,7 +4,11 @@ side in one process (issue 23).
 Models (``benchmarks/suite.py``, each with its long-NUTS reference in
 ``benchmarks/references/``): eight schools centred and non-centred, varying intercepts with
 unknown group and noise scales, and a latent GP classification whose lengthscale and
-amplitude are hyperparameters. The split is ``LaplaceNUTS``'s default (sites inside plates
+amplitude are hyperparameters; and the logistic GLMM of ``benchmarks/scale.py`` (five fixed
+effects, a group scale, one random intercept per group, 20 observations a group) with
+J = 100 and 1000 groups, whose reference is a NUTS run of 1000 warm-up + 4000 draws made here
+(blackjax's ``laplace_hmc`` forms the dense Hessian of the random effects at every leapfrog
+step: it runs at J = 100 only). The split is ``LaplaceNUTS``'s default (sites inside plates
 and multivariate-normal latents integrated out; the rest sampled), the same for blackjax.
 
 Methods, each run twice on the same data ("cold": the first call, compilation included;
@@ -38,6 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from reference import load_reference  # noqa: E402
 from report import environment, write_results  # noqa: E402
 from score import w1_over_sd  # noqa: E402
+from scale import glmm, glmm_data  # noqa: E402
 from suite import SUITE  # noqa: E402
 
 from numpyro_lm import LaplaceMatching, LaplaceNUTS  # noqa: E402
@@ -45,7 +50,9 @@ from numpyro_lm.laplace_nuts import _joint, _split, default_marginalized  # noqa
 from numpyro_lm.model import model_info  # noqa: E402
 
 MODELS = ("eight_schools_noncentered", "eight_schools_centered", "hierarchical_normal_groups",
-          "gp_classification_hyper")
+          "gp_classification_hyper", "glmm_100", "glmm_1000")
+BLACKJAX_MAX_FIELD = 200  # field coordinates up to which blackjax's dense inner Hessian is run
+REFERENCE_WARMUP, REFERENCE_DRAWS = 1000, 4000
 NUM_WARMUP, NUM_SAMPLES, LEAPFROG_STEPS = 500, 1000, 10
 
 
@@ -120,12 +127,27 @@ def _lm(model, args, kwargs):
     return {k: np.asarray(v) for k, v in draws.items()}, seconds
 
 
+def _problem(name):
+    """``(model, args, kwargs, reference draws)``: a suite model with its cached reference, or
+    a GLMM with a reference NUTS run made here."""
+    if name in SUITE:
+        model, args, kwargs = SUITE[name]()
+        return model, args, kwargs, load_reference(name)
+    args, kwargs, _ = glmm_data(int(name.split("_")[1]))
+    args, kwargs = (jnp.asarray(args[0]), jnp.asarray(args[1]), args[2]), {"y": jnp.asarray(kwargs["y"])}
+    mcmc = MCMC(NUTS(glmm), num_warmup=REFERENCE_WARMUP, num_samples=REFERENCE_DRAWS, progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(7), *args, **kwargs)
+    return glmm, args, kwargs, {k: np.asarray(v) for k, v in mcmc.get_samples().items()}
+
+
 def run_model(name):
-    model, args, kwargs = SUITE[name]()
-    reference = load_reference(name)
+    model, args, kwargs, reference = _problem(name)
     info, theta, hyper = _split_sites(model, args, kwargs)
+    field_size = sum(info.layout.site(n).size for n in theta)
     rows = []
     for method in ("NUTS", "LaplaceNUTS", "blackjax", "LM"):
+        if method == "blackjax" and field_size > BLACKJAX_MAX_FIELD:
+            continue
         if method == "NUTS":
             draws, seconds = _mcmc(NUTS(model), args, kwargs)
         elif method == "LaplaceNUTS":

@@ -210,6 +210,6 @@ def check_options(*, method, num_samples, refine, refine_num_samples, refine_max
             get_family(name)  # raises with the list of families
     if strategy not in ("auto", "laplace"):
         raise ValueError(f'strategy must be "auto" or "laplace", not {strategy!r}')
-    if fallback not in (None, "nuts"):
-        raise ValueError(f'fallback must be None or "nuts", not {fallback!r}')
+    if fallback not in (None, "nuts", "laplace_nuts"):
+        raise ValueError(f'fallback must be None, "nuts" or "laplace_nuts", not {fallback!r}')
     check_count(num_starts, "num_starts", allow_none=True)

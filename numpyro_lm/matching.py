@@ -89,7 +89,9 @@ class LaplaceMatching:
         (:mod:`numpyro_lm.autopilot`; the attempts are in ``diagnostics()["trail"]``);
         ``"laplace"``: the joint fit alone. Explicit ``refine=`` or ``hyper=`` choose for you.
     :param str fallback: ``"nuts"``: where the answer is not trusted, run NUTS warm-started
-        from it and answer with NUTS's draws (:mod:`numpyro_lm.fallback`). Default ``None``:
+        from it and answer with NUTS's draws (:mod:`numpyro_lm.fallback`); ``"laplace_nuts"``:
+        Laplace-marginal NUTS (:class:`~numpyro_lm.LaplaceNUTS`) first, then NUTS where that is
+        refused or not trusted. Default ``None``:
         ``run`` warns instead, naming that call.
     :param int num_starts: joint mode searches (one program): from the initial point and
         from ``num_starts - 1`` points spread over (-2, 2) in the LM basis
@@ -220,9 +222,9 @@ class LaplaceMatching:
             raise
         diagnostics = result.diagnostics()  # before the object changes: a failed call leaves it as it was
         previous, self._result = self._result, result  # only a fit that passed its checks replaces the last one
-        if self.fallback == "nuts" and not diagnostics["trusted"]:
+        if self.fallback is not None and not diagnostics["trusted"]:
             try:
-                self._result = run_fallback(self, result, rng_key, args, kwargs)
+                self._result = run_fallback(self, result, rng_key, args, kwargs, self.fallback)
             except BaseException:
                 self._result = previous  # a failed call leaves the object as it was
                 raise
