@@ -164,6 +164,10 @@ def run_model(name):
     return rows
 
 
+def _seconds(t):
+    return f"{t:.1f}" if t >= 1 else f"{t:.3f}"
+
+
 def main():
     rows = [row for name in MODELS for row in run_model(name)]
     lines = [environment() + f". MCMC methods: 1 chain, {NUM_WARMUP} warm-up + {NUM_SAMPLES} draws; blackjax "
@@ -176,7 +180,7 @@ def main():
         field = "-" if np.isnan(r["field_w1"]) else f"{r['field_w1']:.2f}"
         ess = "-" if np.isnan(r["ess_per_s"]) else f"{r['ess_per_s']:.0f}"
         lines.append(f"| {r['model']} ({', '.join(r['hyper'])} / {', '.join(r['theta'])}) | {r['method']} | "
-                     f"{r['hyper_w1']:.2f} | {field} | {r['cold']:.1f} | {r['warm']:.1f} | {ess} |")
+                     f"{r['hyper_w1']:.2f} | {field} | {_seconds(r['cold'])} | {_seconds(r['warm'])} | {ess} |")
     table = "\n".join(lines)
     print(table)
     write_results("laplace_nuts", table, "samplers.md")

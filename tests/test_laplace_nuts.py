@@ -140,7 +140,7 @@ def test_the_arrowhead_inner_curvature_gives_the_dense_marginal_and_gradient():
     info = model_info(gaussian_hierarchy, (Y,))
     layout = theta_layout(info.layout, {"theta"})
     assert layout.size == 6 and layout.sites[0].offset == 0
-    assert isinstance(inner_hessian(layout), DenseHessian)  # 6 coordinates: below ARROWHEAD_MIN_DIM
+    assert isinstance(inner_hessian(layout), DenseHessian)  # 6 coordinates: below INNER_ARROWHEAD_MIN_DIM
     arrowhead = ArrowheadHessian(plate_structure(layout))
     assert isinstance(inner_hessian(layout, "arrowhead"), ArrowheadHessian)
     theta_index, phi_index = _split(info.layout, {"theta"})
