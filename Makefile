@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 
-.PHONY: demo test bench docs install install-dev clean
+.PHONY: demo test test-all bench docs install install-dev clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -26,8 +26,13 @@ demo: $(VENV)/.installed
 	$(PY) examples/quickstart.py
 
 # A worker that crashes ends the run at once: once (of six runs) XLA segfaulted while compiling
-# and the replacement worker hung the suite instead of failing it.
+# and the replacement worker hung the suite instead of failing it. Tests marked slow (long
+# end-to-end runs: the docs' pages, MCMC chains) run where CI=true, and with `make test-all`.
+SLOW := $(if $(CI),,-m "not slow")
 test: $(VENV)/.installed-dev
+	$(PY) -m pytest -q -n auto --dist loadfile --max-worker-restart=0 $(SLOW) tests
+
+test-all: $(VENV)/.installed-dev
 	$(PY) -m pytest -q -n auto --dist loadfile --max-worker-restart=0 tests
 
 bench: $(VENV)/.installed

@@ -148,6 +148,7 @@ def _eight_schools(sigma, y=None):
         numpyro.sample("y", dist.Normal(mu + tau * z, sigma), obs=y)
 
 
+@pytest.mark.slow
 def test_laplace_nuts_fallback_integrates_the_field_out_where_the_joint_fit_is_not_trusted(x32):
     # the joint fit alone is not trusted on tau (k-hat above 1); NUTS over (mu, tau) on the
     # Laplace marginal of the eight effects is exact here, and trusted by NUTS's own checks

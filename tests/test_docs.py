@@ -35,6 +35,7 @@ def blocks(page):
     return setup, found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_the_pages_code_runs_and_prints_what_the_page_says(page, tmp_path, monkeypatch, x32):
     # the pages are written for NumPyro's default precision, whatever another test left set

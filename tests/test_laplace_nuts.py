@@ -31,7 +31,7 @@ def exact_posterior(y):
     return mean, 1 / np.sqrt(precision), theta_mean, np.sqrt(theta_var)
 
 
-@pytest.mark.parametrize("precision", ["x32", "x64"])
+@pytest.mark.parametrize("precision", ["x32", pytest.param("x64", marks=pytest.mark.slow)])
 def test_a_gaussian_hierarchy_gives_the_exact_marginal_of_the_hyperparameter(precision, request):
     request.getfixturevalue(precision)
     kernel = LaplaceNUTS(gaussian_hierarchy)
@@ -101,6 +101,7 @@ def test_the_default_split_and_refusals():
         LaplaceNUTS(gaussian_hierarchy, potential_fn=lambda z: 0.0)
 
 
+@pytest.mark.slow
 def test_a_failed_inner_solve_is_an_infinite_potential_never_a_silent_draw():
     # theta | phi has a mode only while phi < 0.5: beyond, the density grows without bound
     def model():
