@@ -79,6 +79,7 @@ print("same numbers")
 """
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_sharded_over_two_devices_gives_the_single_device_numbers():
     # a fresh process: XLA's device count is fixed when JAX starts
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",

@@ -53,6 +53,7 @@ def gp_classification(x, y=None):
     numpyro.sample("y", dist.Bernoulli(logits=f), obs=y)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_gp_classification_agrees_with_nuts():
     x = jnp.linspace(-3.0, 3.0, 16)
     y = (jnp.sin(1.5 * x) + 0.3 * jax.random.normal(KEY, x.shape) > 0).astype(jnp.float64)

@@ -237,6 +237,7 @@ def test_many_draws_per_input_recover_the_true_class_probabilities():
     assert np.max(np.abs(pred.expected - p)) < 0.1  # about 3.5 SDs of the worst group's multinomial error
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_many_vectors_per_group_recover_the_true_covariance():
     # 15 inputs, 200 vectors each of a 2 x 2 covariance whose correlation drifts: the predicted
     # inverse Wishart's mean follows it (the entries' sampling sd with 200 vectors is about 0.1 x scale)

@@ -125,6 +125,7 @@ def paper_data(key, n):
     return features(x), y
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_every_mvi_variant_improves_the_cauchy_regression_lpd():
     methods = (None, "mean", "eig", "lowrank")
     fits = {m: LaplaceMatching(cauchy_regression, refine=m, num_samples=1000, refine_num_samples=300, strategy="laplace",
