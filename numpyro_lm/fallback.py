@@ -93,6 +93,11 @@ class NUTSResult:
         print("Auto-pilot: " + " -> ".join(a.line() for a in self.trail) + f"\n{d['verdict']}")
 
 
+def _chain(kernel, lm) -> MCMC:
+    """One chain of ``lm.num_samples`` draws after :data:`NUM_WARMUP` warm-up steps."""
+    return MCMC(kernel, num_warmup=NUM_WARMUP, num_samples=lm.num_samples, num_chains=1, progress_bar=lm.progress_bar)
+
+
 def run_fallback(lm, approximation, rng_key, args, kwargs, kind: str = "nuts") -> NUTSResult:
     """The fallback ``kind`` (:data:`FALLBACKS`) from ``approximation`` (which ``lm`` holds
     while this runs): for ``"laplace_nuts"`` Laplace-marginal NUTS first, then NUTS where it
@@ -107,8 +112,7 @@ def run_fallback(lm, approximation, rng_key, args, kwargs, kind: str = "nuts") -
         earlier = [result] if isinstance(result, Attempt) else result.trail[len(approximation.trail or []):]
     t0 = time.perf_counter()
     warm = warm_nuts(lm, adapt_mass_matrix=True)
-    mcmc = MCMC(warm.kernel, num_warmup=NUM_WARMUP, num_samples=lm.num_samples, num_chains=1,
-                progress_bar=lm.progress_bar)
+    mcmc = _chain(warm.kernel, lm)
     mcmc.run(jax.random.fold_in(rng_key, 7), *args, init_params=warm.init_params, **kwargs)
     return NUTSResult(approximation, mcmc, time.perf_counter() - t0, earlier=earlier)
 
@@ -120,9 +124,7 @@ def _laplace_nuts(lm, approximation, rng_key, args, kwargs):
 
     t0 = time.perf_counter()
     try:
-        kernel = LaplaceNUTS(lm.model, bases=lm.bases, families=lm.families)
-        mcmc = MCMC(kernel, num_warmup=NUM_WARMUP, num_samples=lm.num_samples, num_chains=1,
-                    progress_bar=lm.progress_bar)
+        mcmc = _chain(LaplaceNUTS(lm.model, bases=lm.bases, families=lm.families), lm)
         mcmc.run(jax.random.fold_in(rng_key, 8), *args, init_params=approximation.gaussian.mean, **kwargs)
     except (ValueError, FloatingPointError) as error:  # no latent field, or no conditional mode at the start
         return Attempt("laplace_nuts", False, float("nan"), float("nan"), time.perf_counter() - t0,
