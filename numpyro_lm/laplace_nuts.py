@@ -50,6 +50,7 @@ from .hessian import DenseHessian, hessian_for, plate_structure, structure_tol
 from .laplace import laplace_init, laplace_update
 from .model import model_info
 from .optimize import default_tol
+from .static_data import static_where_needed
 from .trace import Layout
 
 __all__ = ["LaplaceNUTS", "LaplaceNUTSState", "default_marginalized", "conditional_mode", "laplace_marginal",
@@ -225,7 +226,7 @@ class LaplaceNUTS(MCMCKernel):
         self._model, self.marginalize = model, None if marginalize is None else list(marginalize)
         self.bases, self.families, self.inner_tol, self.inner_max_iter = bases, families, inner_tol, inner_max_iter
         self.nuts_kwargs, self.init_strategy, self.curvature = nuts_kwargs, init_strategy, curvature
-        self._info = self._kernels = self._split = self._theta0 = self._args = self._hessian = None
+        self._info = self._kernels = self._split = self._theta0 = self._args = self._raw = self._hessian = None
 
     @property
     def model(self):
@@ -245,7 +246,12 @@ class LaplaceNUTS(MCMCKernel):
 
     # ------------------------------------------------------------------ set-up
     def _setup(self, model_args, model_kwargs):
-        info = model_info(self._model, model_args, model_kwargs, bases=self.bases, families=self.families)
+        # data a model uses in NumPy (a plate size from np.max(group) + 1) stay static, as
+        # LaplaceMatching and MCMC keep them (numpyro_lm.static_data)
+        raw = (model_args, model_kwargs)
+        model_args, model_kwargs, info = static_where_needed(
+            lambda a, k: model_info(self._model, a, k, bases=self.bases, families=self.families), tuple(model_args),
+            dict(model_kwargs))
         names = [s.name for s in info.layout.sites]
         theta_sites = default_marginalized(info.layout) if self.marginalize is None else self.marginalize
         unknown = [n for n in theta_sites if n not in names]
@@ -258,7 +264,7 @@ class LaplaceNUTS(MCMCKernel):
             raise ValueError(f"LaplaceNUTS: every latent site ({names}) would be integrated out, leaving no "
                              "hyperparameter for NUTS. Use LaplaceMatching(model) for the joint Laplace fit, or "
                              "name fewer sites in marginalize=.")
-        self._info, self._theta_sites, self._args = info, set(theta_sites), (model_args, model_kwargs)
+        self._info, self._theta_sites, self._args, self._raw = info, set(theta_sites), (model_args, model_kwargs), raw
         self._split = _split(info.layout, self._theta_sites)
         self._hessian = inner_hessian(theta_layout(info.layout, self._theta_sites), self.curvature)
 
@@ -284,9 +290,9 @@ class LaplaceNUTS(MCMCKernel):
 
     # ------------------------------------------------------------------ kernel
     def _same_inputs(self, model_args, model_kwargs) -> bool:
-        if self._args is None:
+        if self._raw is None:
             return False
-        old = jax.tree.leaves(self._args)
+        old = jax.tree.leaves(self._raw)
         new = jax.tree.leaves((model_args, model_kwargs))
         return len(old) == len(new) and all(a is b for a, b in zip(old, new))
 
@@ -299,7 +305,7 @@ class LaplaceNUTS(MCMCKernel):
         theta_index, phi_index = self._split
         key_init, key_nuts, key_draw = jax.random.split(rng_key, 3)
         if init_params is None:
-            flat = self._info.init(key_init, model_args, model_kwargs, init_strategy=self.init_strategy)
+            flat = self._info.init(key_init, *self._args, init_strategy=self.init_strategy)
         else:
             flat = jnp.asarray(init_params)
         phi0 = flat[phi_index]
@@ -337,10 +343,10 @@ class LaplaceNUTS(MCMCKernel):
         return self._state(hmc_state, state.theta_mode, state.rng_key)
 
     def postprocess_fn(self, model_args, model_kwargs):
-        info = self._info
+        info, (args, kwargs) = self._info, self._args  # the data as traced at set-up (static where needed)
 
         def constrain(z):
-            return info.constrain(z, model_args, model_kwargs)
+            return info.constrain(z, args, kwargs)
 
         return constrain
 

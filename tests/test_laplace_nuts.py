@@ -164,3 +164,17 @@ def test_unknown_nuts_options_are_refused_by_name():
     LaplaceNUTS(gaussian_hierarchy, target_accept_prob=0.9, max_tree_depth=8)  # NUTS's own names work
     with pytest.raises(ValueError, match="curvature"):
         LaplaceNUTS(gaussian_hierarchy, curvature="lowrank")
+
+
+def test_a_model_that_uses_its_data_in_numpy_runs():
+    # a plate size read with NumPy from the data, as models written for MCMC do
+    def model(group, y):
+        mu = numpyro.sample("mu", dist.Normal(0.0, 5.0))
+        with numpyro.plate("group", int(np.max(group)) + 1):
+            theta = numpyro.sample("theta", dist.Normal(mu, 1.0))
+        numpyro.sample("y", dist.Normal(theta[group], 1.0), obs=y)
+
+    group = np.array([0, 1, 2, 2, 1, 0])
+    mcmc = MCMC(LaplaceNUTS(model), num_warmup=50, num_samples=50, progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(0), group, Y)
+    assert mcmc.get_samples()["theta"].shape == (50, 3)
