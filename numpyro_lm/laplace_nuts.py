@@ -327,8 +327,9 @@ class LaplaceNUTS(MCMCKernel):
     def _state(self, hmc_state, theta_start, rng_key):
         theta_index, phi_index = self._split
         phi = hmc_state.z
-        _, mode, hess, ok = laplace_marginal(self._log_density, phi, theta_start, self._tol(phi.dtype),
-                                             self.inner_max_iter, self._hessian)
+        # the mode and its Hessian are all a draw needs: not the marginal's value or log-determinant
+        mode, ok, hess = _search(self._log_density, phi, theta_start, self._tol(phi.dtype), self.inner_max_iter,
+                                 self._hessian)
         rng_key, key = jax.random.split(rng_key)
         eps = jax.random.normal(key, mode.shape, mode.dtype)
         theta = mode + self._hessian.curvature(hess).inv_sqrt(eps)  # N(mode, H^-1)
