@@ -36,7 +36,7 @@ there. The state records whether the solve at each kept draw converged
 from __future__ import annotations
 
 import inspect
-from functools import partial
+from functools import lru_cache, partial
 from typing import NamedTuple, Optional
 
 import jax
@@ -184,6 +184,13 @@ def inner_hessian(layout, curvature: str = "auto"):
     return hessian_for(layout, curvature)
 
 
+@lru_cache(maxsize=1)
+def _nuts_options() -> frozenset:
+    """The keyword options of NumPyro's ``hmc`` ``init_kernel`` a user may pass (read once)."""
+    options = set(inspect.signature(hmc(potential_fn=lambda z: 0.0)[0]).parameters)
+    return frozenset(options - {"init_params", "num_warmup", "model_args", "model_kwargs", "rng_key"})
+
+
 class LaplaceNUTS(MCMCKernel):
     r"""NUTS over a model's hyperparameters on the Laplace marginal of its latent field
     (module docstring), used as ``MCMC(LaplaceNUTS(model), num_warmup=..., num_samples=...)``.
@@ -214,8 +221,7 @@ class LaplaceNUTS(MCMCKernel):
         for name in ("potential_fn", "model"):
             if name in nuts_kwargs:
                 raise TypeError(f"LaplaceNUTS builds its own {name}= from the model: drop it")
-        options = set(inspect.signature(hmc(potential_fn=lambda z: 0.0)[0]).parameters)
-        options -= {"init_params", "num_warmup", "model_args", "model_kwargs", "rng_key"}
+        options = _nuts_options()
         unknown = sorted(set(nuts_kwargs) - options)
         if unknown:
             raise TypeError(f"LaplaceNUTS: unknown NUTS option(s) {unknown}; the options are {sorted(options)}")
