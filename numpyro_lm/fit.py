@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.extend.core import jaxprs_in_params
 from numpyro.infer.initialization import init_to_uniform, init_to_value
 
 from .bases import get_basis
@@ -40,7 +41,7 @@ from .optimize import NewtonState, default_tol, newton_many
 from .programs import merge_inputs
 from .refine import Refinement, refine
 
-__all__ = ["FitOptions", "Starts", "DEFAULT_STARTS", "MULTI_START_MAX_DIM", "default_starts", "spread_points", "JointFit", "initial_point", "start", "resume", "finish", "refine_fit", "matched_fit", "fit", "fit_many", "draw", "weigh", "log_densities", "constrained", "map_rows", "ROW_BUDGET", "origin_point", "ORIGIN_OFFSET"]
+__all__ = ["FitOptions", "Starts", "DEFAULT_STARTS", "MULTI_START_MAX_DIM", "default_starts", "spread_points", "JointFit", "initial_point", "start", "resume", "finish", "refine_fit", "matched_fit", "fit", "fit_many", "draw", "weigh", "log_densities", "constrained", "map_rows", "largest_intermediate", "ROW_BUDGET", "origin_point", "ORIGIN_OFFSET"]
 
 
 class FitOptions(NamedTuple):
@@ -282,14 +283,32 @@ def fit_many(info: ModelInfo, options: FitOptions, at_origin: bool, block: int, 
 
 ROW_BUDGET = 2**24
 """Numbers per intermediate array when the model runs on many rows at once (draws, weights):
-rows are vmapped in chunks of ``ROW_BUDGET // (observed + latent numbers)`` so that a model
-with 10^6 observations does not hold 4000 copies of them (128 MiB per array in float64)."""
+rows are vmapped in chunks of ``ROW_BUDGET // (numbers in one row's largest array)`` so that a
+model with 10^6 observations does not hold 4000 copies of them (128 MiB per array in float64),
+nor a latent GP 4000 copies of its n x n kernel matrix."""
+
+
+def largest_intermediate(fn, row) -> int:
+    """Numbers in the largest array ``fn(row)`` computes (its jaxpr's outputs, sub-programs
+    included): a GP's kernel matrix, where the model's data and latent values are small."""
+
+    def largest(jaxpr) -> int:
+        size = 1
+        for eqn in jaxpr.eqns:
+            for var in eqn.outvars:
+                size = max(size, int(np.prod(getattr(var.aval, "shape", ()))))
+            for sub in jaxprs_in_params(eqn.params):
+                size = max(size, largest(sub))
+        return size
+
+    return largest(jax.make_jaxpr(fn)(jax.ShapeDtypeStruct(row.shape, row.dtype)).jaxpr)
 
 
 def map_rows(info: ModelInfo, fn, flat):
     """``fn`` over the rows of ``flat (n, D)``: vmapped, in chunks where the whole would be
     large (:data:`ROW_BUDGET`)."""
-    rows = max(1, ROW_BUDGET // (info.layout.observed_size + info.size + 1))
+    per_row = max(info.layout.observed_size + info.size + 1, largest_intermediate(fn, flat[0]))
+    rows = max(1, ROW_BUDGET // per_row)
     if rows >= flat.shape[0]:
         return jax.vmap(fn)(flat)
     return lax.map(fn, flat, batch_size=rows)
