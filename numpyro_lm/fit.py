@@ -97,7 +97,7 @@ def _log_density(info: ModelInfo, args, kwargs):
 def _hessian(info: ModelInfo, options: FitOptions, args, kwargs):
     """The fit's Hessian strategy (:func:`numpyro_lm.hessian.hessian_for`), bound to the
     model's prior at these arguments where it needs it (the low-rank update)."""
-    hessian = hessian_for(info.layout, options.curvature, options.plate)
+    hessian = hessian_for(info.layout, options.curvature, options.plate, by_site=True)
     if hasattr(hessian, "bind"):
         hessian = hessian.bind(lambda x: -info.log_prior(x, args, kwargs))
     return hessian
@@ -276,7 +276,7 @@ def fit_many(info: ModelInfo, options: FitOptions, at_origin: bool, block: int, 
 
     state = jax.vmap(begin)(rng_keys, init_params, data)
     state = newton_many(lambda x, d: -info.log_density(x, *arguments(d)), state, data, tol, options.max_iter, block,
-                        hessian_for(info.layout, options.curvature, options.plate))
+                        hessian_for(info.layout, options.curvature, options.plate, by_site=True))
     fitted = jax.vmap(lambda s, key, d: finish(info, options, s, key, *arguments(d)))(state, rng_keys, data)
     return state, fitted
 

@@ -54,6 +54,7 @@ import numpy as np
 from .curvature import ArrowheadCurvature, DenseCurvature, LowRankUpdateCurvature
 from .curvature.arrowhead import absolute_blocks, arrowhead_factor, arrowhead_matvec, modified_factor
 from .optimize import hvp, newton_step, value_grad_hessian
+from .trace import site_runs
 
 __all__ = ["DenseHessian", "ArrowheadHessian", "LowRankHessian", "PlateStructure", "plate_structure", "structure_tol",
            "ARROWHEAD_MIN_DIM", "GLOBAL_MAX", "LOCAL_MAX", "LOWRANK_MAX", "dense_bytes", "available_bytes",
@@ -77,14 +78,17 @@ def structure_tol(dtype) -> float:
 
 
 class DenseHessian(NamedTuple):
-    """The full ``D x D`` Hessian (module docstring)."""
+    """The full ``D x D`` Hessian (module docstring); ``runs``: by runs of sites
+    (:func:`numpyro_lm.trace.site_runs`), for a log density of the model's flat vector."""
+
+    runs: tuple = ()
 
     def init(self, x0):
         square = jnp.zeros(x0.shape[-1:] * 2, x0.dtype)
         return square, square
 
     def evaluate(self, fn, x, previous=None):
-        value, grad, hess = value_grad_hessian(fn, x)
+        value, grad, hess = value_grad_hessian(fn, x, self.runs)
         return value, grad, hess, jnp.zeros((), x.dtype)
 
     def step(self, grad, hess):
@@ -470,13 +474,15 @@ def choose_curvature(layout, curvature: str = "auto", plate: Optional[str] = Non
     return curvature_candidates(layout, curvature, plate)[0]
 
 
-def hessian_for(layout, curvature: str, plate: Optional[str] = None):
+def hessian_for(layout, curvature: str, plate: Optional[str] = None, by_site: bool = False):
     """The strategy a fit uses: ``curvature`` is ``"dense"``, ``"arrowhead"`` (the plate's
     structure, ``plate`` or the largest: :func:`plate_structure`) or ``"lowrank"`` (that
     structure for the prior, each coordinate its own block where no plate gives one, and a
-    low-rank update of rank :func:`lowrank_rank`; unbound: :meth:`LowRankHessian.bind`)."""
+    low-rank update of rank :func:`lowrank_rank`; unbound: :meth:`LowRankHessian.bind`).
+    ``by_site``: the log density takes the model's flat vector as it is, so the dense Hessian
+    may be taken by runs of sites (:func:`numpyro_lm.trace.site_runs`)."""
     if curvature == "dense":
-        return DenseHessian()
+        return DenseHessian(site_runs(layout) if by_site else ())
     structure = plate_structure(layout, plate)
     if curvature == "lowrank":
         if structure is None and plate is not None:

@@ -36,6 +36,8 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import optax
@@ -86,13 +88,52 @@ def hvp(fn: Callable, x, v):
     return jax.grad(lambda y: jnp.vdot(jax.grad(fn)(y), v))(x)
 
 
-def value_grad_hessian(fn: Callable, x):
+def _hessian_rows(fn: Callable, x, runs: tuple):
+    """The Hessian by runs of sites (:func:`numpyro_lm.trace.site_runs`), ``fn`` given the flat
+    vector as :class:`~numpyro_lm.trace.Pieces`. Runs are taken smallest first; run ``k``'s
+    derivative is of the gradient in ``k`` and the runs after it only (the blocks before it
+    are filled in by symmetry), and the runs not differentiated carry no tangent: a GP's
+    kernel and its Cholesky factor, computed from two hyperparameters, are differentiated for
+    their two rows, not for each of the field's ``n`` (at n = 200: 0.46 s -> a few ms)."""
+    from .trace import Pieces  # trace imports the model machinery; optimize stays below it
+
+    starts = tuple(a for a, _ in runs)
+    pieces = tuple(x[a:b] for a, b in runs)
+    order = sorted(range(len(runs)), key=lambda k: runs[k][1] - runs[k][0])
+    hess = jnp.zeros((x.shape[-1],) * 2, x.dtype)
+    for i, k in enumerate(order):
+        moving = (k,) + tuple(order[i + 1:])
+
+        def grads(piece, moving=moving):
+            def value(parts):
+                new = dict(zip(moving, parts))
+                return fn(Pieces(starts, tuple(new.get(j, p) for j, p in enumerate(pieces))))
+
+            return jax.grad(value)((piece,) + tuple(pieces[j] for j in moving[1:]))
+
+        basis = jnp.eye(pieces[k].shape[-1], dtype=x.dtype)
+        blocks = jax.vmap(lambda v: jax.jvp(grads, (pieces[k],), (v,))[1])(basis)
+        a, b = runs[k]
+        for j, block in zip(moving, blocks):  # block: rows of run k, columns of run j
+            c, d = runs[j]
+            hess = hess.at[a:b, c:d].set(block)
+            if j != k:
+                hess = hess.at[c:d, a:b].set(block.T)
+    return hess
+
+
+def value_grad_hessian(fn: Callable, x, runs: tuple = ()):
     """``fn(x)``, its gradient and (symmetrised) Hessian from one forward-over-reverse trace
-    (reverse-over-reverse where forward mode is refused: :func:`hvp`)."""
+    (reverse-over-reverse where forward mode is refused: :func:`hvp`), or run by run where
+    ``runs`` are given (:func:`_hessian_rows`; ``fn`` must then pass its argument on to
+    :func:`numpyro_lm.trace.unravel` untouched)."""
     basis = jnp.eye(x.shape[-1], dtype=x.dtype)
     jvp = jax.vmap(lambda v: jax.jvp(jax.value_and_grad(fn), (x,), (v,)), out_axes=((None, None), (0, 0)))
     try:
-        (value, grad), (_, hess) = jvp(basis)
+        if runs:
+            (value, grad), hess = jax.value_and_grad(fn)(x), _hessian_rows(fn, x, runs)
+        else:
+            (value, grad), (_, hess) = jvp(basis)
     except TypeError as error:
         if not _forward_mode_refused(error):
             raise

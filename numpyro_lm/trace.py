@@ -30,7 +30,7 @@ from .bases import Basis, basis_for_prior, get_basis
 from .families import MatchedFamily, family_for_prior, get_family
 from .programs import is_traced
 
-__all__ = ["SiteSpec", "Layout", "SiteChoice", "trace_sites", "missing_data_sites", "site_transform", "basis_value", "unravel", "ravel"]
+__all__ = ["SiteSpec", "Layout", "SiteChoice", "trace_sites", "missing_data_sites", "site_transform", "basis_value", "Pieces", "unravel", "ravel", "site_values", "site_runs"]
 
 
 class SiteSpec(NamedTuple):
@@ -79,8 +79,40 @@ class Layout(NamedTuple):
         raise IndexError(index)
 
 
+@jax.tree_util.register_pytree_node_class
+class Pieces:
+    """The flat vector as consecutive pieces, ``arrays[k]`` starting at coordinate ``starts[k]``,
+    each a run of whole sites. :func:`unravel` reads each site from its own piece, so that a
+    derivative in one piece carries no tangent into the others' sites (one flat vector would
+    give every site a tangent, zero but computed: a GP's Cholesky differentiated for each of
+    its field's coordinates)."""
+
+    def __init__(self, starts: tuple, arrays: tuple):
+        self.starts, self.arrays = tuple(starts), tuple(arrays)
+
+    def tree_flatten(self):
+        return self.arrays, self.starts
+
+    @classmethod
+    def tree_unflatten(cls, starts, arrays):
+        return cls(starts, arrays)
+
+    def flat(self):
+        return jnp.concatenate(self.arrays, axis=-1)
+
+    def site(self, offset: int, size: int):
+        for start, array in zip(self.starts, self.arrays):
+            if start <= offset and offset + size <= start + array.shape[-1]:
+                return array[..., offset - start : offset - start + size]
+        raise ValueError(f"no piece holds coordinates {offset}..{offset + size - 1}: pieces must be runs of whole sites")
+
+
 def unravel(layout: Layout, flat):
-    """Flat vector ``(..., D)`` -> ``{site: basis coordinates}`` (leading dims kept)."""
+    """Flat vector ``(..., D)`` (or its :class:`Pieces`) -> ``{site: basis coordinates}``
+    (leading dims kept)."""
+    if isinstance(flat, Pieces):
+        lead = flat.arrays[0].shape[:-1]
+        return {s.name: flat.site(s.offset, s.size).reshape(lead + s.basis_shape) for s in layout.sites}
     lead = flat.shape[:-1]
     return {
         s.name: flat[..., s.offset : s.offset + s.size].reshape(lead + s.basis_shape)
@@ -91,6 +123,37 @@ def unravel(layout: Layout, flat):
 def ravel(layout: Layout, values) -> jnp.ndarray:
     """Inverse of :func:`unravel` for unbatched values."""
     return jnp.concatenate([jnp.reshape(values[s.name], (-1,)) for s in layout.sites])
+
+
+def site_values(layout, theta_index, theta, x) -> dict:
+    """``{site: basis coordinates}`` with the sites at ``theta_index`` from ``theta`` and the
+    others from ``x`` (each in layout order). Not one flat vector: differentiation in ``x``
+    then carries no tangent through what only ``theta``'s sites compute (a kernel matrix and
+    its Cholesky factor)."""
+    hyper = set(int(i) for i in theta_index)
+    out, at = {}, {True: 0, False: 0}
+    for site in layout.sites:
+        is_hyper = site.offset in hyper
+        source, start = (theta if is_hyper else x), at[is_hyper]
+        out[site.name] = source[start : start + site.size].reshape(site.basis_shape)
+        at[is_hyper] += site.size
+    return out
+
+
+def site_runs(layout: Layout, large: int = 16, most: int = 8) -> tuple:
+    """``((start, stop), ...)``: the flat coordinates in runs for a Hessian by blocks
+    (:func:`numpyro_lm.optimize.value_grad_hessian`): each site of at least ``large``
+    coordinates alone, the small sites between them together. ``()`` where that gives one run
+    or more than ``most`` (one derivative program per run: compile time)."""
+    runs = []
+    for s in layout.sites:
+        if runs and s.size < large and not runs[-1][2]:
+            runs[-1][1] = s.offset + s.size
+        else:
+            runs.append([s.offset, s.offset + s.size, s.size >= large])
+    if len(runs) < 2 or len(runs) > most:
+        return ()
+    return tuple((a, b) for a, b, _ in runs)
 
 
 def _is_latent(site) -> bool:

@@ -23,6 +23,7 @@ from ..marginals import is_elementwise
 from ..hessian import ArrowheadHessian, structure_tol
 from .quadrature import block_quadrature_correction
 from ..optimize import newton, newton_init
+from ..trace import site_values
 
 __all__ = ["PointFits", "site_values", "x_positions", "quantile_sites", "conditional_fit", "point_params",
            "matched_normaliser", "mean_shift", "structured_mean_shift", "scalar_blocks"]
@@ -41,19 +42,6 @@ class PointFits(NamedTuple):
     var: np.ndarray = None  # (K, Dx) conditional variances
     curvature: object = None  # the K structured curvatures (numpyro_lm.hessian), None for dense ones
     structure_error: np.ndarray = None  # (K,) the structured Hessian's check (numpyro_lm.hessian)
-
-
-def site_values(layout, theta_index, theta, x) -> dict:
-    """``{site: basis coordinates}`` with the hyperparameters' sites from ``theta`` and the
-    others from ``x`` (each in layout order): ``theta`` stays outside differentiation in ``x``."""
-    hyper = set(int(i) for i in theta_index)
-    out, at = {}, {True: 0, False: 0}
-    for site in layout.sites:
-        is_hyper = site.offset in hyper
-        source, start = (theta if is_hyper else x), at[is_hyper]
-        out[site.name] = source[start : start + site.size].reshape(site.basis_shape)
-        at[is_hyper] += site.size
-    return out
 
 
 def conditional_fit(neg_log_density: Callable, theta, x0, tol: float, max_iter: int, hessian=None):
