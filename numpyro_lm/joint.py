@@ -26,6 +26,7 @@ from .optimize import running
 from .programs import program
 from .progress import progress
 from .result import Result
+from .boundary import boundary_hyperparameters, boundary_message
 from .verdict import distinct_modes
 
 __all__ = ["JointResult", "run_joint"]
@@ -57,11 +58,16 @@ class JointResult(Result):
     starts = None  # where a multi-start fit's searches ended (fit.Starts, host arrays)
 
     def structure_reasons(self, i: int) -> list:
-        """Distinct modes of comparable mass among the multi-start searches (module verdict)."""
+        """Distinct modes of comparable mass among the multi-start searches (module verdict);
+        hyperparameters at the boundary of their space (:mod:`numpyro_lm.boundary`)."""
+        reasons = []
+        if self.batch is None:
+            reasons += [boundary_message(found)] if (found := boundary_hyperparameters(
+                self.info, self.state.mode, self.args, self.kwargs)) else []
         if self.starts is None:
-            return []
+            return reasons
         mode, variance = jax.device_get((self.state.mode, self.gaussian.curvature.variance()))
-        return distinct_modes(self.starts, np.asarray(mode), np.sqrt(np.asarray(variance)), self.info.layout)
+        return reasons + distinct_modes(self.starts, np.asarray(mode), np.sqrt(np.asarray(variance)), self.info.layout)
 
     def _new_draws(self, num_samples: int):
         return self.call(joint_fit.draw, (self.info, num_samples), (self.keys, self.gaussian, self.params),
@@ -211,7 +217,13 @@ def _check(result: JointResult, fetched, on_failure: str):
         if not error <= structure_tol(dtype):
             raise StructureError(structure_message(layout, result.options.plate, error, dtype, result.options.curvature))
     if result.batch is None:
-        check_fit(layout, result.checks(fetched)[0], result.state.curvature)
+        try:
+            check_fit(layout, result.checks(fetched)[0], result.state.curvature)
+        except ValueError as error:  # where the search ran off to the boundary, say so and what to do
+            found = boundary_hyperparameters(result.info, result.state.mode, result.args, result.kwargs)
+            if not found:
+                raise
+            raise type(error)(f"{error} {boundary_message(found)}") from error
         return
     info, finite = result.flags(fetched)
     usable = info.finite & info.positive & np.all([v for v in finite.values()], axis=0) & info.converged
