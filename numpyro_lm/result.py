@@ -23,6 +23,7 @@ from numpyro.diagnostics import print_summary as numpyro_print_summary
 
 from .batch import Batch, take, take_inputs
 from .curvature import eigenvalue_range
+from .fit import largest_intermediate
 from .diagnostics import KHAT_OK, importance_resample, khat_verdict, psis
 from .posterior import MatchedPosterior, site_distribution
 from .programs import in_float64, options_for_work, program
@@ -60,11 +61,25 @@ class Result:
                  batch: Optional[Batch] = None):
         self.info, self.args, self.kwargs, self.rng_key = info, tuple(args), dict(kwargs), rng_key
         self.num_samples, self.compiler_options, self.batch = num_samples, compiler_options, batch
-        self.num_diagnostic_samples = diagnostic_samples(num_samples, info.size, 1 if batch is None else batch.padded,
-                                                         info.size + info.layout.observed_size)
+        self._num_diagnostic_samples = None
         self._draws, self._weights = {}, {}
         self._posterior = self._mode_trace = self._refused = self._spectrum = self._verdicts = None
         self.trail = None  # the auto-pilot's attempts (numpyro_lm.autopilot.Attempt), if it chose this fit
+
+    @property
+    def num_diagnostic_samples(self) -> int:
+        """Draws behind the verdict (:func:`diagnostic_samples`); a model's work is its latent
+        and observed numbers, or the largest array its density computes where that is larger
+        (a latent GP's n x n kernel and its Cholesky factor at every draw)."""
+        if self._num_diagnostic_samples is None:
+            info = self.info
+            work = info.size + info.layout.observed_size
+            if self.batch is None:
+                zeros = jax.ShapeDtypeStruct((info.size,), jax.numpy.result_type(float))
+                work = max(work, largest_intermediate(lambda r: info.log_density(r, self.args, self.kwargs), zeros))
+            self._num_diagnostic_samples = diagnostic_samples(
+                self.num_samples, info.size, 1 if self.batch is None else self.batch.padded, work)
+        return self._num_diagnostic_samples
 
     # ------------------------------------------------------------ to fill in
 
