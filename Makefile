@@ -48,7 +48,9 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/bnn_bridge.py
 	$(PY) benchmarks/scale.py
 	$(PY) benchmarks/piham.py
+	$(PY) benchmarks/piham_calibration.py
 	$(PY) benchmarks/laplace_nuts.py
+	$(PY) benchmarks/latent_gp.py
 
 # The site, warnings as errors; the quick examples run as it builds (sphinx-gallery).
 docs: $(VENV)/.installed-docs

@@ -62,8 +62,9 @@ class JointResult(Result):
         hyperparameters at the boundary of their space (:mod:`numpyro_lm.boundary`)."""
         reasons = []
         if self.batch is None:
-            reasons += [boundary_message(found)] if (found := boundary_hyperparameters(
-                self.info, self.state.mode, self.args, self.kwargs)) else []
+            found = boundary_hyperparameters(self.info, self.state.mode, self.args, self.kwargs)
+            if found:
+                reasons.append(boundary_message(found))
         if self.starts is None:
             return reasons
         mode, variance = jax.device_get((self.state.mode, self.gaussian.curvature.variance()))
