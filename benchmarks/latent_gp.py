@@ -1,0 +1,187 @@
+"""Latent GPs with kernel hyperparameters (issue 24): the default ``LaplaceMatching(model)``
+against NUTS, on
+
+- **GP classification, whitened** (the issue's model): ``n`` inputs on [-3, 3], RBF kernel,
+  amplitude and lengthscale with LogNormal(0, 1) priors, ``z ~ Normal(0, 1)`` in a plate,
+  ``f = cholesky(amp^2 exp(-d^2 / (2 ls^2)) + 1e-3 I) @ z``, ``y ~ Bernoulli(logits=f)``
+  (simulated with amp 1.5, ls 0.8), at n = 200 and 1000;
+- **Poisson GP regression** (the suite's ``gp_poisson_hyper``: 30 counts, an MVN latent,
+  lengthscale and amplitude) against its cached reference (``benchmarks/reference.py``).
+
+Accuracy: W1 / reference SD of the amplitude and the lengthscale (worst of the two). The
+reference at n = 200 is a long NUTS run made here and cached
+(``benchmarks/references/latent_gp_200.npz``: 4 chains of 1000 warm-up + 2500 draws, ESS and
+R-hat checked); at n = 1000 a long run does not fit a benchmark's time on two cores (one
+gradient costs about 50 ms), so there NUTS runs one chain of 200 warm-up + 300 draws, its
+time for 1000 + 1000 is that run's time per iteration times 2000 (marked *extrapolated*),
+and the LM column's accuracy is against that short run (whose own Monte Carlo error is about
+0.1 SD). Cold: the first call in the process (compilation included); warm: a second call on
+the same data with a new key. LM's time includes ``get_samples()`` (1000 draws: the
+deterministic ``f`` needs a Cholesky factor per draw). n = 5000 is left out: the dense
+Newton steps over the field (5000 Hessian-vector products each) take minutes per design
+point on two cores.
+
+``python benchmarks/latent_gp.py`` writes ``benchmarks/results/latent_gp.md`` and the table
+in ``docs/gp.md``.
+"""
+
+import os
+import sys
+import time
+
+import arviz as az
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+from numpyro.handlers import reparam
+from numpyro.infer import MCMC, NUTS
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from reference import REFERENCE_DIR, SETTINGS, load_reference  # noqa: E402
+from report import environment, write_results  # noqa: E402
+from score import w1_over_sd  # noqa: E402
+from suite import SUITE  # noqa: E402
+
+from numpyro_lm import LaplaceMatching  # noqa: E402
+
+NUM_DRAWS = 1000
+
+
+def gp_data(n, seed=0, amp=1.5, ls=0.8):
+    rng = np.random.default_rng(seed)
+    x = np.sort(rng.uniform(-3, 3, n)).astype(np.float32)
+    k = amp**2 * np.exp(-((x[:, None] - x[None, :]) ** 2) / (2 * ls**2)) + 1e-3 * np.eye(n)
+    f = np.linalg.cholesky(k) @ rng.normal(size=n)
+    return jnp.asarray(x), jnp.asarray((rng.uniform(size=n) < 1 / (1 + np.exp(-f))).astype(np.float32))
+
+
+def whitened_gp(x, y=None):
+    n = x.shape[0]
+    amp = numpyro.sample("amp", dist.LogNormal(0.0, 1.0))
+    ls = numpyro.sample("ls", dist.LogNormal(0.0, 1.0))
+    k = amp**2 * jnp.exp(-((x[:, None] - x[None, :]) ** 2) / (2 * ls**2)) + 1e-3 * jnp.eye(n)
+    with numpyro.plate("n", n):
+        z = numpyro.sample("z", dist.Normal(0.0, 1.0))
+    f = numpyro.deterministic("f", jnp.linalg.cholesky(k) @ z)
+    with numpyro.plate("obs", n):
+        numpyro.sample("y", dist.Bernoulli(logits=f), obs=y)
+
+
+def _worst(draws, reference, names):
+    w1 = w1_over_sd({k: draws[k] for k in names}, {k: reference[k] for k in names})
+    return max(float(np.max(v)) for v in w1.values())
+
+
+def _timed(fn, seeds=(0, 1)):
+    out, seconds = None, []
+    for seed in seeds:
+        start = time.perf_counter()
+        out = fn(seed)
+        seconds.append(time.perf_counter() - start)
+    return out, seconds
+
+
+def _lm(model, args, kwargs):
+    def one(seed):
+        lm = LaplaceMatching(model, progress_bar=False).run(jax.random.PRNGKey(seed), *args, **kwargs)
+        draws = jax.block_until_ready(lm.get_samples(NUM_DRAWS))
+        return lm, {k: np.asarray(v) for k, v in draws.items()}
+
+    (lm, draws), seconds = _timed(one)
+    d = lm.diagnostics()
+    return draws, seconds, d["trail"][-1]["candidate"] if d.get("trail") else "joint", bool(d["trusted"])
+
+
+def _nuts(model, args, kwargs, warmup, samples, chains=1, **nuts):
+    mcmc = MCMC(NUTS(model, **nuts), num_warmup=warmup, num_samples=samples, num_chains=chains,
+                chain_method="sequential", progress_bar=False)
+
+    def one(seed):
+        mcmc.run(jax.random.PRNGKey(seed), *args, extra_fields=("diverging",), **kwargs)
+        return jax.block_until_ready(mcmc.get_samples(group_by_chain=True))
+
+    draws, seconds = _timed(one)
+    return draws, seconds, int(np.sum(mcmc.get_extra_fields()["diverging"]))
+
+
+def reference_200():
+    """The long NUTS run at n = 200, cached: 4 chains, 1000 + 2500, ESS > 1000, R-hat < 1.01."""
+    path = os.path.join(REFERENCE_DIR, "latent_gp_200.npz")
+    if os.path.exists(path):
+        return dict(np.load(path))
+    x, y = gp_data(200)
+    mcmc = MCMC(NUTS(whitened_gp, target_accept_prob=0.9), num_warmup=1000, num_samples=2500, num_chains=4,
+                chain_method="sequential", progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(2024), x, y)
+    grouped = mcmc.get_samples(group_by_chain=True)
+    ess = min(float(az.ess(np.asarray(grouped[k]))) for k in ("amp", "ls"))
+    rhat = max(float(az.rhat(np.asarray(grouped[k]))) for k in ("amp", "ls"))
+    if not (ess > 1000 and rhat < 1.01):
+        raise RuntimeError(f"reference at n = 200: ESS {ess:.0f}, R-hat {rhat:.3f}")
+    flat = mcmc.get_samples()
+    out = {k: np.asarray(flat[k], np.float32) for k in ("amp", "ls")}
+    np.savez(path, **out, __ess__=ess, __rhat__=rhat)
+    return out
+
+
+def classification_row(n):
+    x, y = gp_data(n)
+    lm_draws, lm_s, rung, trusted = _lm(whitened_gp, (x, y), {})
+    row = dict(model=f"GP classification, whitened, n = {n}", rung=rung, trusted=trusted, lm_cold=lm_s[0],
+               lm_warm=lm_s[1])
+    if n == 200:
+        reference = reference_200()
+        nuts, nuts_s, div = _nuts(whitened_gp, (x, y), {}, 1000, 1000)
+        flat = {k: np.asarray(v).reshape(-1) for k, v in nuts.items() if k in ("amp", "ls")}
+        row.update(lm_w1=_worst(lm_draws, reference, ("amp", "ls")), nuts_w1=_worst(flat, reference, ("amp", "ls")),
+                   nuts_cold=nuts_s[0], nuts_warm=nuts_s[1], extrapolated=False, divergences=div,
+                   against="long NUTS (4 x 2500)")
+    else:
+        nuts, nuts_s, div = _nuts(whitened_gp, (x, y), {}, 200, 300)
+        flat = {k: np.asarray(v).reshape(-1) for k, v in nuts.items() if k in ("amp", "ls")}
+        scale = 2000 / 500
+        row.update(lm_w1=_worst(lm_draws, flat, ("amp", "ls")), nuts_w1=float("nan"), nuts_cold=nuts_s[0] * scale,
+                   nuts_warm=nuts_s[1] * scale, extrapolated=True, divergences=div, against="NUTS 200 + 300")
+    print(row, flush=True)
+    return row
+
+
+def poisson_row():
+    model, args, kwargs = SUITE["gp_poisson_hyper"]()
+    reference = load_reference("gp_poisson_hyper")
+    names = ("lengthscale", "amplitude")
+    lm_draws, lm_s, rung, trusted = _lm(model, args, kwargs)
+    settings = dict(SETTINGS["gp_poisson_hyper"])
+    nuts_model = reparam(model, config=settings.pop("reparam"))
+    nuts, nuts_s, div = _nuts(nuts_model, args, kwargs, 1000, 1000, **settings)
+    flat = {k: np.asarray(v).reshape(-1) for k, v in nuts.items() if k in names}
+    row = dict(model="Poisson GP regression (suite gp_poisson_hyper), n = 30", rung=rung, trusted=trusted,
+               lm_cold=lm_s[0], lm_warm=lm_s[1], lm_w1=_worst(lm_draws, reference, names),
+               nuts_w1=_worst(flat, reference, names), nuts_cold=nuts_s[0], nuts_warm=nuts_s[1], extrapolated=False,
+               divergences=div, against="suite reference")
+    print(row, flush=True)
+    return row
+
+
+def main():
+    rows = [classification_row(200), poisson_row(), classification_row(1000)]
+    lines = [environment() + f". LM: `LaplaceMatching(model)` (the auto-pilot) and `get_samples({NUM_DRAWS})`; NUTS: "
+             "one chain of 1000 warm-up + 1000 draws (`*`: extrapolated from 200 + 300). W1/sd: worst of the two "
+             "kernel hyperparameters against the reference named.", "",
+             "| model | LM rung | trusted | W1/sd LM | W1/sd NUTS | against | s LM cold | s LM warm | s NUTS cold "
+             "| s NUTS warm | NUTS / LM (warm) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        star = "*" if r["extrapolated"] else ""
+        nuts_w1 = "-" if np.isnan(r["nuts_w1"]) else f"{r['nuts_w1']:.2f}"
+        lines.append(f"| {r['model']} | {r['rung']} | {r['trusted']} | {r['lm_w1']:.2f} | {nuts_w1} | {r['against']} | "
+                     f"{r['lm_cold']:.1f} | {r['lm_warm']:.1f} | {r['nuts_cold']:.0f}{star} | {r['nuts_warm']:.0f}{star} "
+                     f"| {r['nuts_warm'] / r['lm_warm']:.1f}x{star} |")
+    table = "\n".join(lines)
+    print(table)
+    write_results("latent_gp", table, "gp.md")
+
+
+if __name__ == "__main__":
+    main()
