@@ -36,8 +36,6 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
-from functools import partial
-
 import jax
 import jax.numpy as jnp
 import optax

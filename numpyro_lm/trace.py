@@ -30,7 +30,8 @@ from .bases import Basis, basis_for_prior, get_basis
 from .families import MatchedFamily, family_for_prior, get_family
 from .programs import is_traced
 
-__all__ = ["SiteSpec", "Layout", "SiteChoice", "trace_sites", "missing_data_sites", "site_transform", "basis_value", "Pieces", "unravel", "ravel", "site_values", "site_runs"]
+__all__ = ["SiteSpec", "Layout", "SiteChoice", "trace_sites", "missing_data_sites", "site_transform", "basis_value",
+           "Pieces", "unravel", "ravel", "site_values", "site_runs"]
 
 
 class SiteSpec(NamedTuple):
