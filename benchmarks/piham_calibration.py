@@ -73,8 +73,8 @@ def one_draw(seed):
     return row
 
 
-def main():
-    rows = [one_draw(seed) for seed in DRAWS]
+def write(rows):
+    """The table of the draws done so far (written after each: a draw takes minutes)."""
     lines = [environment() + f". Prior draws, N = {NUM_NODES}, K = 3; coverage of the true memberships by the "
              f"{CREDIBILITY:.0%} intervals (`U` and `V` pooled, {2 * NUM_NODES * 3} entries per draw).", "",
              "| prior draw | LM (joint Laplace) | NUTS | LaplaceNUTS | s LM | s NUTS | s LaplaceNUTS |",
@@ -85,8 +85,15 @@ def main():
     mean = {k: np.mean([r[k] for r in rows]) for k in ("lm", "nuts", "lnuts")}
     lines.append(f"| mean | {mean['lm']:.3f} | {mean['nuts']:.3f} | {mean['lnuts']:.3f} | | | |")
     table = "\n".join(lines)
-    print(table)
+    print(table, flush=True)
     write_results("piham_calibration", table, "networks.md")
+
+
+def main():
+    rows = []
+    for seed in DRAWS:
+        rows.append(one_draw(seed))
+        write(rows)
 
 
 if __name__ == "__main__":
