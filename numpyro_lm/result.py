@@ -54,6 +54,23 @@ def diagnostic_samples(num_samples: int, dim: int, batch_size: int = 1, work: in
     return min(n, max(200, WORK_BUDGET // (max(work, 1) * batch_size)))
 
 
+_LARGEST = {}
+
+
+def _largest_array(info, args, kwargs) -> int:
+    """:func:`~numpyro_lm.fit.largest_intermediate` of the model's density, once per model and
+    argument shapes (a second ``run`` on new data of the same shapes does not trace again)."""
+    leaves, treedef = jax.tree.flatten((args, kwargs))
+    key = (info.model, info.layout, treedef,
+           tuple((np.shape(x), str(getattr(x, "dtype", type(x).__name__))) for x in leaves))
+    if key not in _LARGEST:
+        if len(_LARGEST) > 256:  # a long session of many shapes: forget, do not grow without bound
+            _LARGEST.clear()
+        zeros = jax.ShapeDtypeStruct((info.size,), jax.numpy.result_type(float))
+        _LARGEST[key] = largest_intermediate(lambda r: info.log_density(r, args, kwargs), zeros)
+    return _LARGEST[key]
+
+
 class Result:
     """A fit of one data set, or of a batch (module docstring)."""
 
@@ -75,8 +92,7 @@ class Result:
             info = self.info
             work = info.size + info.layout.observed_size
             if self.batch is None:
-                zeros = jax.ShapeDtypeStruct((info.size,), jax.numpy.result_type(float))
-                work = max(work, largest_intermediate(lambda r: info.log_density(r, self.args, self.kwargs), zeros))
+                work = max(work, _largest_array(info, self.args, self.kwargs))
             self._num_diagnostic_samples = diagnostic_samples(
                 self.num_samples, info.size, 1 if self.batch is None else self.batch.padded, work)
         return self._num_diagnostic_samples
