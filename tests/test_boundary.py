@@ -67,7 +67,8 @@ GP_SCRIPT = textwrap.dedent("""
     sys.path.insert(0, {here!r})
     import jax
     from numpyro_lm import LaplaceMatching
-    from test_boundary import whitened_gp, gp_data
+    from test_boundary import gp_data
+    from test_fit import whitened_gp  # issue 24's model
 
     x, y = gp_data(200)
     start = time.perf_counter()
@@ -88,19 +89,6 @@ def gp_data(n, seed=0, amp=1.5, ls=0.8):
     k = amp**2 * np.exp(-((x[:, None] - x[None, :]) ** 2) / (2 * ls**2)) + 1e-3 * np.eye(n)
     f = np.linalg.cholesky(k) @ rng.normal(size=n)
     return x, (rng.uniform(size=n) < 1 / (1 + np.exp(-f))).astype(np.float32)
-
-
-def whitened_gp(x, y=None):
-    """Issue 24's model: amplitude and lengthscale, a whitened field, Bernoulli observations."""
-    n = x.shape[0]
-    amp = numpyro.sample("amp", dist.LogNormal(0.0, 1.0))
-    ls = numpyro.sample("ls", dist.LogNormal(0.0, 1.0))
-    k = amp**2 * jnp.exp(-((x[:, None] - x[None, :]) ** 2) / (2 * ls**2)) + 1e-3 * jnp.eye(n)
-    with numpyro.plate("n", n):
-        z = numpyro.sample("z", dist.Normal(0.0, 1.0))
-    f = numpyro.deterministic("f", jnp.linalg.cholesky(k) @ z)
-    with numpyro.plate("obs", n):
-        numpyro.sample("y", dist.Bernoulli(logits=f), obs=y)
 
 
 @pytest.mark.slow
