@@ -86,19 +86,19 @@ def boundary_hyperparameters(info, flat, args=(), kwargs=None, rng_key=None) -> 
         with np.errstate(divide="ignore", invalid="ignore"):
             z = (x - median[name]) / sd[name]
         for i in np.flatnonzero(np.abs(z) > PRIOR_SDS):
-            found.append((name, int(i), float(z[i]), float(x[i]), float(median[name][i])))
+            found.append((name, int(i), float(z[i]), float(median[name][i])))
     if not found:
         return []
     values = _constrained(info, flat, found, args, kwargs)
     out = [BoundarySite(name, name if info.layout.site(name).size == 1 else f"{name}[{i}]", *values[(name, i)], z)
-           for name, i, z, _, _ in found]
+           for name, i, z, _ in found]
     return sorted(out, key=lambda b: -abs(b.prior_sds))
 
 
 def _constrained(info, flat, found, args, kwargs) -> dict:
     """Each found coordinate's value and the prior median's, constrained (one trace each)."""
     at_median = flat.copy()
-    for name, i, _, _, med in found:
+    for name, i, _, med in found:
         at_median[info.layout.site(name).offset + i] = med
     dtype = jnp.result_type(float)
     here = info.constrain(jnp.asarray(flat, dtype), args, kwargs)
