@@ -53,13 +53,18 @@ import numpy as np
 
 from .curvature import ArrowheadCurvature, DenseCurvature, LowRankUpdateCurvature
 from .curvature.arrowhead import absolute_blocks, arrowhead_factor, arrowhead_matvec, modified_factor
-from .optimize import hvp, newton_step, value_grad_hessian
+from .curvature.lowrank import sqrt_transpose
+from .families import get_family
+from .marginals import is_elementwise
+from .optimize import hvp, hvp_operator, newton_step, value_grad_hessian
 from .trace import site_runs
 
 __all__ = ["DenseHessian", "ArrowheadHessian", "LowRankHessian", "PlateStructure", "plate_structure", "structure_tol",
            "ARROWHEAD_MIN_DIM", "GLOBAL_MAX", "LOCAL_MAX", "LOWRANK_MAX", "dense_bytes", "available_bytes",
            "check_dense_memory", "DenseMemoryError", "StructureError", "structure_message", "CURVATURES",
-           "curvature_candidates", "choose_curvature", "hessian_for", "lowrank_rank", "LOWRANK_MARGIN"]
+           "curvature_candidates", "choose_curvature", "hessian_for", "lowrank_rank", "exact_lowrank_rank",
+           "lowrank_hessian", "event_block_bytes", "LOWRANK_MARGIN", "LOWRANK_NUMERICAL",
+           "NUMERICAL_TOL"]
 
 ARROWHEAD_MIN_DIM = 500
 """``curvature="auto"`` uses a plate's block-arrowhead structure above this many coordinates
@@ -269,7 +274,15 @@ class LowRankHessian(NamedTuple):
     structure: PlateStructure
     rank: int
     prior: Optional[Callable] = None
+    numerical: bool = False  # rank below the observed numbers (lowrank_rank): the likelihood's spectrum decides
     value_first = True  # rejected line-search trials cost one evaluation (optimize.newton_iteration)
+
+    @property
+    def structure_final(self) -> bool:
+        # a numerical rank that misses the likelihood's Hessian at the start misses it along the
+        # search (a smooth kernel's spectrum is the kernel's, whatever the weights): refused at
+        # once, and the next curvature tried
+        return self.numerical
 
     def bind(self, prior: Callable) -> "LowRankHessian":
         """The strategy with ``prior(x)``, the negative log prior, for one fit's arguments."""
@@ -290,19 +303,30 @@ class LowRankHessian(NamedTuple):
         colours = ArrowheadHessian(self.structure)._probes(dtype)[:-1]
         blocks = absolute_blocks(*coloured_blocks(self.structure, _products(self.prior, x, colours)))
         base = ArrowheadCurvature.from_blocks(self.structure.local_index, self.structure.global_index, *blocks)
+        product = hvp_operator(fn, x)  # the model's forward pass once (a GP's kernel factor), then products
+
         def rest(v):  # (H - M) v
-            return hvp(fn, x, v) - base.matvec(v)
+            return product(v) - base.matvec(v)
 
         def rest_rows(v):  # a block of rows at a time: matrix products, bounded memory
             return jax.lax.map(rest, v, batch_size=min(v.shape[0], RANGE_BATCH))
 
         probe = jnp.asarray(np.random.default_rng(1).choice([-1.0, 1.0], d), dtype)
-        exact = hvp(fn, x, probe)
+        if self.numerical:
+            # the error in the prior's whitened coordinates, S'(H - QBQ' - M)S e: what a direction's
+            # variance loses, whatever the scale of the large eigenvalues (against |H v| a tail of
+            # many small ones would pass unseen)
+            probe = base.inv_sqrt(probe)
+        exact = product(probe)
 
         def update(q):  # B = Q'(H - M)Q and the probe's relative error
             bmat = q.T @ rest_rows(q.T).T
             bmat = 0.5 * (bmat + bmat.T)
-            return q, bmat, _relative_error(exact, base.matvec(probe) + q @ (bmat @ (q.T @ probe)))
+            structured = base.matvec(probe) + q @ (bmat @ (q.T @ probe))
+            if self.numerical:
+                missed = jnp.linalg.norm(sqrt_transpose(base, exact - structured)) / jnp.sqrt(jnp.asarray(d, dtype))
+                return q, bmat, missed * (structure_tol(dtype) / NUMERICAL_TOL)  # compared with structure_tol
+            return q, bmat, _relative_error(exact, structured)
 
         def fresh():
             probes = jax.random.normal(jax.random.PRNGKey(0), (self.rank, d), dtype)
@@ -353,10 +377,43 @@ LOWRANK_MAX = 2048
 """Largest rank of a low-rank update (``D x rank`` arrays, ``2 rank`` products per step)."""
 
 
-def lowrank_rank(layout, structure: PlateStructure) -> int:
-    """The update's rank for a model: its observed numbers (the likelihood's Hessian has at
+LOWRANK_NUMERICAL = 128
+"""Rank of a *numerical* low-rank update: where the observations are too many for an exact one,
+the likelihood's Hessian may still be close to low rank (a latent GP's whitened field:
+:math:`L^\top W L` has the spectrum of the kernel, whose eigenvalues fall off geometrically for a
+smooth kernel: an RBF kernel's on 5000 points on [-3, 3] with lengthscale 0.15 leaves a relative
+error of 2e-5 on the probe at rank 64, below float32's :func:`structure_tol`). The probe decides."""
+
+
+NUMERICAL_TOL = 1e-3
+"""Largest root-mean-square error of a numerical low-rank update per whitened direction (a
+direction's precision off by 0.1% of the prior's): a latent GP's missed tail is its jitter's,
+``1e-3 W`` (at most 2.5e-4 for a Bernoulli likelihood). :class:`LowRankHessian` reports it scaled
+by ``structure_tol / NUMERICAL_TOL``, so that every check compares with :func:`structure_tol`."""
+
+
+def exact_lowrank_rank(layout, structure: PlateStructure) -> int:
+    """The rank that holds the likelihood's Hessian exactly: its observed numbers (it has at
     most about that rank), the globals, and :data:`LOWRANK_MARGIN`; at most ``D``."""
     return int(min(layout.size, layout.observed_size + structure.global_index.size + LOWRANK_MARGIN))
+
+
+def lowrank_rank(layout, structure: PlateStructure) -> int:
+    """The update's rank for a model: :func:`exact_lowrank_rank` where that is at most
+    :func:`lowrank_max`, else :data:`LOWRANK_NUMERICAL` (a numerical low rank, which the
+    probe accepts only where the likelihood's Hessian has it: :func:`lowrank_hessian`)."""
+    exact, numerical = exact_lowrank_rank(layout, structure), int(min(layout.size, LOWRANK_NUMERICAL))
+    # numerical only where it saves: the exact rank too large, and rank 128 small beside D
+    return numerical if exact > lowrank_max(layout) and numerical <= lowrank_max(layout) else exact
+
+
+def lowrank_hessian(layout, structure: PlateStructure, size: Optional[int] = None) -> "LowRankHessian":
+    """:class:`LowRankHessian` over ``size`` coordinates (default the model's) with the prior's
+    ``structure`` and the rank of :func:`lowrank_rank`, ``numerical`` where it is below the
+    exact one (then refused at the first point where the probe fails: ``structure_final``)."""
+    size = layout.size if size is None else size
+    rank, exact = min(size, lowrank_rank(layout, structure)), min(size, exact_lowrank_rank(layout, structure))
+    return LowRankHessian(structure, rank, numerical=rank < exact)
 
 
 def diagonal_structure(size: int) -> PlateStructure:
@@ -396,13 +453,21 @@ def available_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+def event_block_bytes(layout, itemsize: int) -> int:
+    """Memory of the largest dense block a structured curvature still forms: the covariance over
+    one site matched as a whole (an event vector: a Dirichlet's, a multivariate normal's), about
+    three copies of its ``size^2`` numbers. Without a plate a site can hold every coordinate."""
+    sizes = [s.size for s in layout.sites if not is_elementwise(s, get_family(s.family, s.basis))]
+    return 3 * itemsize * max(sizes, default=0) ** 2
+
+
 def check_dense_memory(layout, itemsize: int, why: str):
     """Refuse a dense curvature that would not fit in memory, naming the size, why no structure
     serves and the fix."""
     need, have = dense_bytes(layout.size, layout.observed_size, itemsize), available_bytes()
     if need > 0.8 * have:
         structure = plate_structure(layout)
-        rank = lowrank_rank(layout, structure or diagonal_structure(layout.size))
+        rank = exact_lowrank_rank(layout, structure or diagonal_structure(layout.size))
         if structure is None:
             fix = ("Put the model's local latent sites (random effects) in a numpyro.plate so that "
                    f"curvature='auto' can use the block-arrowhead structure, with at most {LOCAL_MAX} coordinates "
@@ -426,12 +491,19 @@ def structure_message(layout, plate: Optional[str], error: float, dtype, curvatu
     """Why a fit with a structured curvature was refused (its random-probe check failed)."""
     limit = f"(relative; the limit is {structure_tol(dtype):.0e})"
     if curvature == "lowrank":
-        rank = hessian_for(layout, "lowrank", plate).rank
+        strategy = hessian_for(layout, "lowrank", plate)
+        rank = strategy.rank
+        if strategy.numerical:  # reported scaled (LowRankHessian.evaluate): its own measure and limit
+            error = error * NUMERICAL_TOL / structure_tol(dtype)
+            limit = f"(root-mean-square per direction of the prior's whitened coordinates; the limit is {NUMERICAL_TOL:.0e})"
+        why = (f"the likelihood's Hessian is not close to rank {rank} (its {layout.observed_size} observations "
+               "are too many for an exact low-rank update, and its spectrum does not fall off as a smooth "
+               "kernel's does)" if strategy.numerical else
+               f"the likelihood's Hessian has rank above {rank} (for example through nonlinear predictors, or more "
+               "than a few prior blocks that are not positive definite at the mode)")
         return (f"the low-rank curvature (the prior's structured Hessian plus a rank-{rank} update) does not hold: "
-                f"on a random probe the structured Hessian-vector product is off by {error:.1e} {limit}: the "
-                f"likelihood's Hessian has rank above {rank} (for example through nonlinear predictors, or more "
-                "than a few prior blocks that are not positive definite at the mode). Pass curvature='dense' (if "
-                "the model fits in memory), or sample with NUTS.")
+                f"on a random probe the structured Hessian-vector product is off by {error:.1e} {limit}: {why}. "
+                "Pass curvature='dense' (if the model fits in memory), or sample with NUTS.")
     structure = plate_structure(layout, plate)
     name = "?" if structure is None else structure.plate
     return (f"the block-arrowhead curvature read from plate {name!r} does not hold: on a random probe the "
@@ -456,15 +528,25 @@ def curvature_candidates(layout, curvature: str = "auto", plate: Optional[str] =
     (:class:`StructureError`): ``[curvature]`` unless ``"auto"``, which above
     :data:`ARROWHEAD_MIN_DIM` coordinates tries the block-arrowhead (where a plate gives one),
     then the low-rank update (where the observations are few: :func:`lowrank_max`), then dense."""
+    itemsize = jnp.dtype(jnp.result_type(float)).itemsize
     if curvature != "auto":
         if curvature != "dense":
             hessian_for(layout, curvature, plate)  # refuse a model without the structure now
+        if curvature == "lowrank" and event_block_bytes(layout, itemsize) > 0.5 * available_bytes():
+            site = max(layout.sites, key=lambda s: s.size if not is_elementwise(s, get_family(s.family, s.basis)) else 0)
+            raise DenseMemoryError(
+                f"curvature='lowrank' keeps a dense covariance over each site matched as a whole, and site "
+                f"{site.name!r} has {site.size} coordinates in one event (about "
+                f"{event_block_bytes(layout, itemsize) / 2**30:.1f} GiB; {available_bytes() / 2**30:.1f} GiB "
+                "available). Write its coordinates in a numpyro.plate (independent entries), or pass "
+                f"families={{{site.name!r}: 'gaussian'}} with an elementwise basis.")
         return [curvature]
     out = []
     if layout.size > ARROWHEAD_MIN_DIM:
         if plate_structure(layout, plate) is not None:
             out.append("arrowhead")
-        if hessian_for(layout, "lowrank", plate).rank <= lowrank_max(layout):
+        if (hessian_for(layout, "lowrank", plate).rank <= lowrank_max(layout)
+                and event_block_bytes(layout, itemsize) <= 0.5 * available_bytes()):
             out.append("lowrank")
     return out + ["dense"]
 
@@ -489,8 +571,7 @@ def hessian_for(layout, curvature: str, plate: Optional[str] = None, by_site: bo
             raise ValueError(f"curvature='lowrank': plate {plate!r} gives no block-arrowhead structure of the prior "
                              f"(at least two entries, at most {LOCAL_MAX} latent coordinates per entry and "
                              f"{GLOBAL_MAX} outside the plate).")
-        structure = structure or diagonal_structure(layout.size)
-        return LowRankHessian(structure, lowrank_rank(layout, structure))
+        return lowrank_hessian(layout, structure or diagonal_structure(layout.size))
     if structure is None:
         raise ValueError(f"curvature='arrowhead': no plate{'' if plate is None else ' ' + repr(plate)} of the "
                          f"model has a block-arrowhead structure (at least two entries, at most {LOCAL_MAX} "

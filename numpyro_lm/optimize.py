@@ -86,6 +86,19 @@ def hvp(fn: Callable, x, v):
     return jax.grad(lambda y: jnp.vdot(jax.grad(fn)(y), v))(x)
 
 
+def hvp_operator(fn: Callable, x) -> Callable:
+    """``v -> H(x) v`` with the model's forward pass run once (``jax.linearize`` of the
+    gradient), so that products in a loop reuse what does not depend on ``v`` (a GP's kernel
+    and its Cholesky factor) instead of recomputing it per iteration; :func:`hvp` where
+    forward mode is refused."""
+    try:
+        return jax.linearize(jax.grad(fn), x)[1]
+    except TypeError as error:
+        if not _forward_mode_refused(error):
+            raise
+    return lambda v: hvp(fn, x, v)
+
+
 def _hessian_rows(fn: Callable, x, runs: tuple):
     """The Hessian by runs of sites (:func:`numpyro_lm.trace.site_runs`), ``fn`` given the flat
     vector as :class:`~numpyro_lm.trace.Pieces`. Runs are taken smallest first; run ``k``'s

@@ -14,9 +14,9 @@ import pytest
 from numpyro_lm import LaplaceMatching
 from numpyro_lm.verdict import NotTrustedWarning
 from numpyro_lm.curvature import ArrowheadCurvature, DenseCurvature, LowRankUpdateCurvature
-from numpyro_lm.hessian import (ARROWHEAD_MIN_DIM, LOWRANK_MARGIN, ArrowheadHessian, DenseHessian, DenseMemoryError,
-                                PlateStructure, check_dense_memory, choose_curvature, dense_bytes, hessian_for,
-                                plate_structure, structure_tol)
+from numpyro_lm.hessian import (ARROWHEAD_MIN_DIM, LOWRANK_MARGIN, LOWRANK_NUMERICAL, NUMERICAL_TOL, ArrowheadHessian,
+                                DenseHessian, DenseMemoryError, PlateStructure, StructureError, check_dense_memory,
+                                choose_curvature, dense_bytes, hessian_for, plate_structure, structure_tol)
 from numpyro_lm.fit import origin_point
 from numpyro_lm.model import model_info
 from numpyro_lm.optimize import newton, newton_init, value_grad_hessian
@@ -180,6 +180,10 @@ def test_memory_guard_refuses_before_allocating():
     info = model_info(wide, (), {"y": jax.ShapeDtypeStruct((200_000,), np.float32)})
     with pytest.raises(DenseMemoryError):
         check_dense_memory(info.layout, 4, "test.")
+    # the low-rank update would still form w's covariance as one block (an event vector)
+    with pytest.raises(DenseMemoryError, match="site 'w' has 200000 coordinates in one event"):
+        LaplaceMatching(wide, curvature="lowrank", progress_bar=False).run(jax.random.PRNGKey(0),
+                                                                           y=np.zeros(200_000, np.float32))
 
 
 def test_structure_tolerance_follows_the_precision():
@@ -354,3 +358,75 @@ def test_lowrank_error_names_the_collapsing_scale():
         lm.run(jax.random.PRNGKey(0), x, y=y)
     with pytest.raises(RuntimeError):
         lm.get_samples()  # a failed first call leaves no result
+
+
+def whitened_gp_regression(x, y=None, jitter=1e-3):
+    """A whitened GP with a fixed RBF kernel and Gaussian noise 2: the likelihood's Hessian in z,
+    L'L / 4, has full rank n (the jitter) but the spectrum of the kernel: numerically low rank."""
+    k = jnp.exp(-((x[:, None] - x[None, :]) ** 2) / 2) + jitter * jnp.eye(x.shape[0])
+    with numpyro.plate("n", x.shape[0]):
+        z = numpyro.sample("z", dist.Normal(0.0, 1.0))
+    numpyro.sample("y", dist.Normal(jnp.linalg.cholesky(k) @ z, 2.0).to_event(1), obs=y)
+
+
+def gp_regression_data(n=600, seed=0):
+    rng = np.random.default_rng(seed)
+    x = np.linspace(-3, 3, n).astype(np.float32)
+    return x, (np.sin(2 * x) + 2.0 * rng.normal(size=n)).astype(np.float32)
+
+
+def test_numerical_lowrank_holds_a_smooth_kernels_hessian():
+    """n = 600 observations are too many for an exact low-rank update (rank n + margin > D / 4);
+    the numerical one of rank LOWRANK_NUMERICAL holds the GP's L'WL up to its jitter's tail
+    (1e-3 / 4 per whitened direction, below NUMERICAL_TOL), checked against the dense Hessian."""
+    x, y = gp_regression_data()
+    info = model_info(whitened_gp_regression, (x, y))
+    strategy = hessian_for(info.layout, "lowrank")
+    assert strategy.numerical and strategy.rank == LOWRANK_NUMERICAL and strategy.structure_final
+    strategy = strategy.bind(lambda z: -info.log_prior(z, (x, y)))
+    neg = lambda z: -info.log_density(z, (x, y))  # noqa: E731
+    point = jnp.asarray(np.random.default_rng(1).normal(size=info.size), jnp.float32)
+    value, grad, hess, error = strategy.evaluate(neg, point)
+    assert float(error) <= structure_tol(np.float32)
+    dense = np.asarray(value_grad_hessian(neg, point)[2], np.float64)
+    structured = np.asarray(strategy.curvature(hess).precision, np.float64)
+    # the prior's precision is I, so entries are whitened already: the missed tail is 2.5e-4
+    # per direction, and float32 products round at 1e-6 of the largest entries (about 40)
+    assert np.abs(structured - dense).max() <= NUMERICAL_TOL
+    np.testing.assert_allclose(float(strategy.curvature(hess).logdet()), np.linalg.slogdet(dense)[1],
+                               atol=info.size * 2.5e-4 + 1e-3)  # log(1 + 2.5e-4) per missed direction
+
+
+def test_auto_fits_a_whitened_gp_with_the_numerical_lowrank_update():
+    """The default on n = 600: the plate's arrowhead is refused (L couples every z), the numerical
+    low-rank update holds; the posterior is Gaussian, known in closed form."""
+    x, y = gp_regression_data()
+    lm = LaplaceMatching(whitened_gp_regression, progress_bar=False).run(jax.random.PRNGKey(0), x, y)
+    assert isinstance(lm.state.curvature, LowRankUpdateCurvature)
+    xd = x.astype(np.float64)
+    chol = np.linalg.cholesky(np.exp(-((xd[:, None] - xd[None, :]) ** 2) / 2) + 1e-3 * np.eye(x.size))
+    precision = np.eye(x.size) + chol.T @ chol / 4.0
+    cov = np.linalg.inv(precision)
+    mean, sd = cov @ chol.T @ y.astype(np.float64) / 4.0, np.sqrt(np.diag(cov))
+    # float32: the search stops within 1e-3 posterior SDs (default_tol); the missed tail moves a
+    # variance by at most 2.5e-4 of the prior's, i.e. the SD by 1.25e-4 / sd^2 of itself
+    np.testing.assert_array_less(np.abs(np.asarray(lm.gaussian.mean) - mean) / sd, 5e-3)
+    np.testing.assert_allclose(np.sqrt(np.asarray(lm.gaussian.curvature.variance())), sd, rtol=2e-3)
+
+
+def full_rank_likelihood(a, y=None):
+    with numpyro.plate("n", a.shape[1]):
+        z = numpyro.sample("z", dist.Normal(0.0, 1.0))
+    numpyro.sample("y", dist.Normal(a @ z, 1.0).to_event(1), obs=y)
+
+
+def test_numerical_lowrank_is_refused_where_the_spectrum_does_not_fall_off():
+    """A random n x n design: A'A has no small numerical rank. curvature='lowrank' is refused at
+    the first point (not approximated), naming the cause."""
+    rng = np.random.default_rng(0)
+    a = (rng.normal(size=(600, 600)) / np.sqrt(600)).astype(np.float32)
+    y = rng.normal(size=600).astype(np.float32)
+    lm = LaplaceMatching(full_rank_likelihood, curvature="lowrank", progress_bar=False)
+    with pytest.raises(StructureError, match="not close to rank 128"):
+        lm.run(jax.random.PRNGKey(0), a, y)
+    assert choose_curvature(model_info(full_rank_likelihood, (a, y)).layout) == "arrowhead"

@@ -20,8 +20,8 @@ from jax import lax
 from ..curvature import DenseCurvature, DiagonalCurvature, Gaussian
 from ..progress import progress
 from ..families import get_family
-from ..hessian import (ArrowheadHessian, LowRankHessian, PlateStructure, StructureError, check_dense_memory,
-                       diagonal_structure, lowrank_rank, plate_structure, structure_message, structure_tol)
+from ..hessian import (ArrowheadHessian, PlateStructure, StructureError, check_dense_memory, diagonal_structure,
+                       lowrank_hessian, plate_structure, structure_message, structure_tol)
 from ..marginals import is_elementwise
 from ..errors import FitChecks, check_fit
 from ..fit import FitOptions, constrained, initial_point, log_densities, origin_point
@@ -98,7 +98,7 @@ def inner_hessian(layout, theta_index: tuple, curvature: str, plate=None):
         inner = PlateStructure(structure.plate, position[structure.local_index].astype(np.int32),
                                glob[glob >= 0].astype(np.int32))
     if curvature == "lowrank":
-        return LowRankHessian(inner, min(x_index.size, lowrank_rank(layout, inner)))
+        return lowrank_hessian(layout, inner, x_index.size)
     return ArrowheadHessian(inner)
 
 
@@ -365,6 +365,8 @@ def _event_columns(layout, theta_index) -> np.ndarray:
 
 def _check_structure(layout, options, errors, dtype):
     """Refuse inner fits whose structure did not hold (:mod:`numpyro_lm.hessian`)."""
-    worst = float(np.nanmax(np.asarray(errors, np.float64), initial=0.0))
+    errors = np.asarray(errors)
+    dtype = errors.dtype if np.issubdtype(errors.dtype, np.floating) else dtype  # the inner fits' (float64)
+    worst = float(np.nanmax(errors.astype(np.float64), initial=0.0))
     if worst > structure_tol(dtype):
         raise StructureError(structure_message(layout, options.plate, worst, dtype, options.curvature))
