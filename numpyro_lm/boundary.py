@@ -27,6 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 from numpyro.infer import init_to_sample
 
+from .programs import program
+
 __all__ = ["BoundarySite", "PRIOR_SDS", "NUM_PRIOR_DRAWS", "prior_spread", "boundary_hyperparameters",
            "boundary_message"]
 
@@ -48,13 +50,19 @@ class BoundarySite(NamedTuple):
     prior_sds: float  # signed distance from the prior's median in robust prior SDs (LM basis)
 
 
+def _prior_draws(info, keys, args, kwargs):
+    """Draws of every latent coordinate from the prior (LM basis), one per key."""
+    return jax.vmap(lambda k: info.init(k, args, kwargs, init_strategy=init_to_sample))(keys)
+
+
 def prior_spread(info, sites: list, args=(), kwargs=None, rng_key=None) -> tuple:
     """``(median, sd)`` of each flat coordinate of ``sites`` (``{site: array}`` each) under the
     prior, in the LM basis: :data:`NUM_PRIOR_DRAWS` draws (``init_to_sample``), median and
     interquartile range / 1.349."""
     key = jax.random.PRNGKey(0) if rng_key is None else rng_key
     keys = jax.random.split(key, NUM_PRIOR_DRAWS)
-    flat = jax.jit(jax.vmap(lambda k: info.init(k, args, kwargs, init_strategy=init_to_sample)))(keys)
+    # one compiled program per model and argument shapes (numpyro_lm.programs), not per result
+    flat = program(_prior_draws, info)((keys,), tuple(args), dict(kwargs or {}))
     flat = np.asarray(jax.device_get(flat), np.float64)
     median, sd = {}, {}
     for name in sites:

@@ -37,6 +37,22 @@ def test_prior_spread_is_the_prior_in_the_basis():
     assert abs(float(median["tau"][0])) < 0.15 and abs(float(sd["tau"][0]) - 1.0) < 0.15
 
 
+def test_prior_spread_compiles_once_per_model_and_shapes():
+    """A second run of a LaplaceMatching object on new data of the same shapes (the same traced
+    model) reuses the compiled prior draws: the model is not traced again."""
+    traced = []
+
+    def counted(y):
+        traced.append(1)
+        hierarchical(y)
+
+    info = model_info(counted, (Y,))
+    prior_spread(info, ["tau"], (Y,))
+    first = len(traced)
+    median, _ = prior_spread(info, ["tau"], (Y + 1.0,))
+    assert len(traced) == first and np.isfinite(median["tau"]).all()
+
+
 @pytest.mark.parametrize("log_tau, flagged", [(0.5, False), (-3.0, False), (-6.0, True), (5.5, True)])
 def test_boundary_hyperparameters_far_out_in_the_prior(log_tau, flagged):
     info = model_info(hierarchical, (Y,))
