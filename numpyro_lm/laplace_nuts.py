@@ -222,6 +222,8 @@ class LaplaceNUTS(MCMCKernel):
     :param int inner_max_iter: Newton evaluations per inner solve.
     :param str curvature: the inner Hessian (:func:`inner_hessian`): ``"auto"`` (default),
         ``"dense"`` or ``"arrowhead"`` (one block per entry of the field's plate: ``O(J)``).
+        ``"auto"`` checks the arrowhead at the first point and takes the dense Hessian where
+        the plate's entries interact (a GP's whitened field); ``"arrowhead"`` is refused there.
     :param bool quadrature: where the field is one scalar per plate entry given the
         hyperparameters (a random intercept per group: the arrowhead with scalar blocks), each
         entry's integral by adaptive Gauss-Hermite quadrature (lme4's ``nAGQ``; default True):
@@ -341,6 +343,7 @@ class LaplaceNUTS(MCMCKernel):
         phi0 = flat[phi_index]
         # the inner searches start where the conditional mode at the first phi is
         theta_start = flat[theta_index]
+        self._check_structure(phi0, theta_start)
         theta0, ok = _solve(self._log_density, phi0, theta_start, self._tol(phi0.dtype), 10 * self.inner_max_iter,
                             self._hessian)
         if not isinstance(ok, jax.core.Tracer) and not bool(ok):  # checkable outside vmapped chains
@@ -353,6 +356,23 @@ class LaplaceNUTS(MCMCKernel):
         init_kernel, _ = self._kernels
         state = init_kernel(phi0, num_warmup, model_args=(theta0,), rng_key=key_nuts, **self.nuts_kwargs)
         return self._state(state, theta0, key_draw)
+
+    def _check_structure(self, phi, theta):
+        """The arrowhead's probe at the first point (where it can be read: not inside vmapped
+        chains): ``"auto"`` moves to the dense inner Hessian where the plate's entries interact
+        (a GP's whitened field, ``f = L z``); an explicit ``"arrowhead"`` is refused, named."""
+        if isinstance(self._hessian, DenseHessian) or isinstance(phi, jax.core.Tracer):
+            return
+        error = float(self._hessian.evaluate(lambda t: -self._log_density(t, phi), theta)[3])
+        if error <= structure_tol(theta.dtype):
+            return
+        if self.curvature == "auto":
+            self._hessian = DenseHessian()
+            return
+        raise ValueError(f"LaplaceNUTS(curvature='arrowhead'): the latent field's plate entries interact (the "
+                         f"block-arrowhead Hessian is off by {error:.1e} on a random probe, relative; the limit is "
+                         f"{structure_tol(theta.dtype):.0e}): a likelihood or prior couples them (a GP's whitened "
+                         "field f = L z). Pass curvature='dense' or 'auto'.")
 
     def _state(self, hmc_state, theta_start, rng_key):
         theta_index, phi_index = self._split

@@ -232,3 +232,28 @@ def test_gauss_hermite_makes_the_binary_groups_marginal_exact():
     laplace_error = np.abs(np.diff(found[False]) - np.diff(truth)).max()
     assert quad_error < 0.01, (quad_error, laplace_error)
     assert laplace_error > 10 * quad_error  # the test can fail: Laplace alone is visibly off
+
+
+def whitened_field(x, y=None):
+    """z sits in a plate, but f = L z couples every entry: the plate's arrowhead does not hold."""
+    amp = numpyro.sample("amp", dist.LogNormal(0.0, 1.0))
+    k = amp**2 * jnp.exp(-((x[:, None] - x[None, :]) ** 2) / 2) + 1e-3 * jnp.eye(x.shape[0])
+    with numpyro.plate("n", x.shape[0]):
+        z = numpyro.sample("z", dist.Normal(0.0, 1.0))
+    with numpyro.plate("obs", x.shape[0]):
+        numpyro.sample("y", dist.Bernoulli(logits=jnp.linalg.cholesky(k) @ z), obs=y)
+
+
+def test_a_plate_whose_entries_interact_gets_the_dense_inner_hessian():
+    from numpyro_lm.hessian import ArrowheadHessian, DenseHessian
+
+    x = jnp.linspace(-3, 3, 40)  # 40 field coordinates: above INNER_ARROWHEAD_MIN_DIM
+    y = (jnp.sin(2 * x) > 0).astype(jnp.float32)
+    kernel = LaplaceNUTS(whitened_field)
+    kernel.init(jax.random.PRNGKey(0), 10, None, (x, y), {})
+    assert isinstance(kernel._hessian, DenseHessian)  # the arrowhead's probe failed at the start
+    assert np.isfinite(float(kernel.potential_energy(jnp.zeros(1))))
+    explicit = LaplaceNUTS(whitened_field, curvature="arrowhead")
+    with pytest.raises(ValueError, match="plate entries interact.*curvature='dense'"):
+        explicit.init(jax.random.PRNGKey(0), 10, None, (x, y), {})
+    assert isinstance(explicit._hessian, ArrowheadHessian)
