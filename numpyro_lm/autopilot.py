@@ -47,7 +47,7 @@ import numpy as np
 
 from .curvature import DenseCurvature
 from .fit import FitOptions, JointFit, matched_fit, refine_fit
-from .hessian import StructureError
+from .curvature_choice import StructureError
 from .joint import JointResult, run_joint
 from .laplace import LaplaceState
 from .nested import run_nested

@@ -33,7 +33,7 @@ from numpyro.infer.initialization import init_to_uniform, init_to_value
 from .bases import get_basis
 from .copula import copula_draws, copula_log_density
 from .curvature import Gaussian
-from .hessian import hessian_for
+from .curvature_choice import hessian_for
 from .laplace import LaplaceState, laplace_finish, laplace_init, laplace_update
 from .marginals import finite_params, matched_params
 from .model import ModelInfo
@@ -95,7 +95,7 @@ def _log_density(info: ModelInfo, args, kwargs):
 
 
 def _hessian(info: ModelInfo, options: FitOptions, args, kwargs):
-    """The fit's Hessian strategy (:func:`numpyro_lm.hessian.hessian_for`), bound to the
+    """The fit's Hessian strategy (:func:`numpyro_lm.curvature_choice.hessian_for`), bound to the
     model's prior at these arguments where it needs it (the low-rank update)."""
     hessian = hessian_for(info.layout, options.curvature, options.plate, by_site=True)
     if hasattr(hessian, "bind"):

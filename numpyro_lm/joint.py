@@ -21,7 +21,8 @@ from . import fit as joint_fit
 from .batch import Batch, pad, take
 from .errors import FitChecks, check_fit, convergence_warning, fit_error
 from .fit import FitOptions, JointFit
-from .hessian import StructureError, structure_message, structure_tol
+from .curvature_choice import StructureError, structure_message
+from .hessian import structure_tol
 from .optimize import running
 from .programs import program
 from .progress import progress

@@ -54,7 +54,8 @@ from numpyro.infer import init_to_median
 from numpyro.infer.hmc import hmc
 from numpyro.infer.mcmc import MCMCKernel
 
-from .hessian import DenseHessian, hessian_for, plate_structure, structure_tol
+from .curvature_choice import hessian_for
+from .hessian import DenseHessian, plate_structure, structure_tol
 from .laplace import laplace_init, laplace_update
 from .model import model_info
 from .nested.inner import scalar_blocks

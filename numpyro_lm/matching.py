@@ -30,7 +30,7 @@ from .batch import batch_of, pad, pad_inputs
 from .fallback import run_fallback
 from .errors import NotPositiveDefiniteError, check_options
 from .fit import FitOptions, default_starts
-from .hessian import CURVATURES, StructureError, check_dense_memory, curvature_candidates
+from .curvature_choice import CURVATURES, StructureError, check_dense_memory, curvature_candidates
 from .joint import run_joint
 from .refine import check_refine_memory
 from .model import ModelInfo, model_info

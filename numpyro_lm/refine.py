@@ -164,7 +164,7 @@ def refine_bytes(method: str, dim: int, observed_size: int, num_samples: Optiona
 
 def check_refine_memory(layout, method: str, num_samples: Optional[int], itemsize: int):
     """Refuse a refinement that would not fit in memory, before anything is allocated."""
-    from .hessian import DenseMemoryError, available_bytes
+    from .curvature_choice import DenseMemoryError, available_bytes
 
     need, have = refine_bytes(method, layout.size, layout.observed_size, num_samples, itemsize), available_bytes()
     if need > 0.8 * have:

@@ -14,9 +14,10 @@ import pytest
 from numpyro_lm import LaplaceMatching
 from numpyro_lm.verdict import NotTrustedWarning
 from numpyro_lm.curvature import ArrowheadCurvature, DenseCurvature, LowRankUpdateCurvature
+from numpyro_lm.curvature_choice import (DenseMemoryError, StructureError, check_dense_memory, choose_curvature,
+                                         dense_bytes, hessian_for)
 from numpyro_lm.hessian import (ARROWHEAD_MIN_DIM, LOWRANK_MARGIN, LOWRANK_NUMERICAL, NUMERICAL_TOL, ArrowheadHessian,
-                                DenseHessian, DenseMemoryError, PlateStructure, StructureError, check_dense_memory,
-                                choose_curvature, dense_bytes, hessian_for, plate_structure, structure_tol)
+                                DenseHessian, PlateStructure, plate_structure, structure_tol)
 from numpyro_lm.fit import origin_point
 from numpyro_lm.model import model_info
 from numpyro_lm.optimize import newton, newton_init, value_grad_hessian

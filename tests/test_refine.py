@@ -149,7 +149,7 @@ def test_refinement_of_a_large_model_is_refused_before_allocating():
     """dadvi's Newton Hessian evaluates the model at 300 draws for each of 2 D products: for 200
     coordinates and 10^5 observations that is hundreds of GiB; refused with the size and the
     fix, the object left without a result. A structured curvature cannot be refined at all."""
-    from numpyro_lm.hessian import DenseMemoryError
+    from numpyro_lm.curvature_choice import DenseMemoryError
 
     def wide(y=None):
         w = numpyro.sample("w", dist.Normal(0, 1).expand([200]).to_event(1))

@@ -20,8 +20,9 @@ from jax import lax
 from ..curvature import DenseCurvature, DiagonalCurvature, Gaussian
 from ..progress import progress
 from ..families import get_family
-from ..hessian import (ArrowheadHessian, PlateStructure, StructureError, check_dense_memory, diagonal_structure,
-                       lowrank_hessian, plate_structure, structure_message, structure_tol)
+from ..curvature_choice import StructureError, check_dense_memory, structure_message
+from ..hessian import (ArrowheadHessian, PlateStructure, diagonal_structure, lowrank_hessian, plate_structure,
+                       structure_tol)
 from ..marginals import is_elementwise
 from ..errors import FitChecks, check_fit
 from ..fit import FitOptions, constrained, initial_point, log_densities, origin_point
