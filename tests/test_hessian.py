@@ -1,6 +1,7 @@
 """Hessian strategies (numpyro_lm.hessian): the block-arrowhead structure read from a plate,
 its coloured Hessian-vector products against the dense Hessian, the probe that catches a
-plate whose entries interact, the choice of curvature and the memory guard."""
+plate whose entries interact, the low-rank update (exact and numerical). The choice among
+them and the memory guards: tests/test_curvature_choice.py."""
 
 import warnings
 
@@ -14,9 +15,8 @@ import pytest
 from numpyro_lm import LaplaceMatching
 from numpyro_lm.verdict import NotTrustedWarning
 from numpyro_lm.curvature import ArrowheadCurvature, DenseCurvature, LowRankUpdateCurvature
-from numpyro_lm.curvature_choice import (DenseMemoryError, StructureError, check_dense_memory, choose_curvature,
-                                         dense_bytes, hessian_for)
-from numpyro_lm.hessian import (ARROWHEAD_MIN_DIM, LOWRANK_MARGIN, LOWRANK_NUMERICAL, NUMERICAL_TOL, ArrowheadHessian,
+from numpyro_lm.curvature_choice import StructureError, choose_curvature, hessian_for
+from numpyro_lm.hessian import (LOWRANK_MARGIN, LOWRANK_NUMERICAL, NUMERICAL_TOL, ArrowheadHessian,
                                 DenseHessian, PlateStructure, plate_structure, structure_tol)
 from numpyro_lm.fit import origin_point
 from numpyro_lm.model import model_info
@@ -130,26 +130,6 @@ def test_saddle_step_is_a_descent_direction():
     assert float(grad @ step) < 0 and float(decrement) > 0
 
 
-def test_auto_picks_the_arrowhead_above_the_threshold():
-    small, _ = glmm_data(20)
-    large, _ = glmm_data(ARROWHEAD_MIN_DIM // 2 + 10)
-    layout = lambda args: model_info(glmm, args, glmm_data(args[2])[1]).layout  # noqa: E731
-    assert choose_curvature(layout(small)) == "dense"
-    assert choose_curvature(layout(large)) == "arrowhead"
-    assert choose_curvature(layout(large), "dense") == "dense"
-
-
-def test_auto_falls_back_to_dense_where_the_plate_does_not_hold():
-    """600 coordinates in a plate (auto picks the arrowhead) that the likelihood couples: the
-    probe refuses the structure and the default refits with the dense curvature."""
-    y = np.random.default_rng(0).normal(size=600).astype(np.float32)
-    lm = LaplaceMatching(coupled, strategy="laplace", progress_bar=False)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", NotTrustedWarning)
-        lm.run(jax.random.PRNGKey(0), 600, y=y)
-    assert isinstance(lm.state.curvature, DenseCurvature)
-
-
 def test_large_fit_uses_the_arrowhead_and_agrees_with_dense():
     """J = 260 groups (D = 523): the default picks the arrowhead; the joint Laplace Gaussian
     equals the dense fit's to float32 rounding (the same mode and precision)."""
@@ -167,24 +147,6 @@ def test_large_fit_uses_the_arrowhead_and_agrees_with_dense():
     # float32: both searches stop within 1e-3 posterior SDs of the mode (default_tol)
     np.testing.assert_array_less(np.abs(np.asarray(g_auto.mean - g_dense.mean)) / sd, 5e-3)
     np.testing.assert_allclose(np.sqrt(g_auto.curvature.variance()), sd, rtol=1e-3)
-
-
-def test_memory_guard_refuses_before_allocating():
-    def wide(y=None):
-        w = numpyro.sample("w", dist.Normal(0, 1).expand([200_000]).to_event(1))
-        numpyro.sample("y", dist.Normal(w, 1).to_event(1), obs=y)
-
-    assert dense_bytes(200_000, 200_000, 4) > 1e12
-    lm = LaplaceMatching(wide, progress_bar=False)
-    with pytest.raises(DenseMemoryError, match="200000 latent coordinates.*numpyro.plate"):
-        lm.run(jax.random.PRNGKey(0), y=np.zeros(200_000, np.float32))
-    info = model_info(wide, (), {"y": jax.ShapeDtypeStruct((200_000,), np.float32)})
-    with pytest.raises(DenseMemoryError):
-        check_dense_memory(info.layout, 4, "test.")
-    # the low-rank update would still form w's covariance as one block (an event vector)
-    with pytest.raises(DenseMemoryError, match="site 'w' has 200000 coordinates in one event"):
-        LaplaceMatching(wide, curvature="lowrank", progress_bar=False).run(jax.random.PRNGKey(0),
-                                                                           y=np.zeros(200_000, np.float32))
 
 
 def test_structure_tolerance_follows_the_precision():
