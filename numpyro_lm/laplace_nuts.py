@@ -59,7 +59,7 @@ from .hessian import DenseHessian, plate_structure, structure_tol
 from .laplace import laplace_init, laplace_update
 from .model import model_info
 from .nested.inner import scalar_blocks
-from .nested.quadrature import block_quadrature_correction
+from .nested.quadrature import GH_NODES, block_quadrature_correction
 from .optimize import default_tol
 from .static_data import static_where_needed
 from .trace import Layout, site_values
@@ -145,20 +145,22 @@ def _mode_bwd(log_density, tol, max_iter, hessian, residual, cotangent):
 conditional_mode.defvjp(_mode_fwd, _mode_bwd)
 
 
-def laplace_marginal(log_density, phi, theta0, tol, max_iter, hessian=DenseHessian(), quadrature: bool = False):
+def laplace_marginal(log_density, phi, theta0, tol, max_iter, hessian=DenseHessian(), quadrature: bool = False,
+                     batched: bool = False):
     r"""``(log p~(phi | y) up to a constant, theta*, the strategy's Hessian at theta*, ok)``
     (module docstring). Where the inner solve failed the value is ``-inf``. ``quadrature``:
     where the Hessian is block-arrowhead with scalar blocks (a random intercept per group),
     each block's integral by adaptive Gauss-Hermite quadrature instead of Laplace
     (:func:`~numpyro_lm.nested.quadrature.block_quadrature_correction`, differentiated like
-    the rest)."""
+    the rest; ``batched``: its gradients at once, see there)."""
     theta, ok = conditional_mode(log_density, phi, theta0, tol, max_iter, hessian)
     value, _, hess, _ = hessian.evaluate(lambda t: -log_density(t, phi), theta)
     half_logdet, positive = _half_logdet(hessian, hess)
     out = -value + 0.5 * theta.shape[-1] * jnp.log(2.0 * jnp.pi) - half_logdet
     if quadrature and scalar_blocks(hessian):
         out = out + block_quadrature_correction(lambda t: log_density(t, phi), theta,
-                                                hessian.structure.local_index[:, 0], hessian.curvature(hess).a[:, 0, 0])
+                                                hessian.structure.local_index[:, 0], hessian.curvature(hess).a[:, 0, 0],
+                                                batched)
     ok = ok & positive & jnp.isfinite(out)
     return jnp.where(ok, out, -jnp.inf), theta, hess, ok
 
@@ -185,6 +187,10 @@ def theta_layout(layout, theta_sites) -> Layout:
 
 
 INNER_CURVATURES = ("auto", "dense", "arrowhead")
+QUADRATURE_BATCH_MAX = 2**22
+"""Numbers (latent and observed, times :data:`~numpyro_lm.nested.quadrature.GH_NODES`) up to
+which the quadrature's gradients run at once (``vmap``): about 0.1 GB of a model's
+intermediates in float32; above, one after another."""
 INNER_ARROWHEAD_MIN_DIM = 32
 """Field coordinates above which ``"auto"`` takes a plate's block-arrowhead Hessian. Lower than
 the joint fit's :data:`~numpyro_lm.hessian.ARROWHEAD_MIN_DIM`: the inner Hessian is formed at
@@ -259,6 +265,7 @@ class LaplaceNUTS(MCMCKernel):
         self.nuts_kwargs, self.init_strategy, self.curvature = nuts_kwargs, init_strategy, curvature
         self.quadrature = bool(quadrature)
         self._info = self._kernels = self._split = self._theta0 = self._args = self._raw = self._hessian = None
+        self._programs = None
 
     @property
     def model(self):
@@ -299,6 +306,7 @@ class LaplaceNUTS(MCMCKernel):
         self._info, self._theta_sites, self._args, self._raw = info, set(theta_sites), (model_args, model_kwargs), raw
         self._split = _split(info.layout, self._theta_sites)
         self._hessian = inner_hessian(theta_layout(info.layout, self._theta_sites), self.curvature)
+        self._batched = GH_NODES * (info.layout.size + info.layout.observed_size) <= QUADRATURE_BATCH_MAX
 
     def _log_density(self, theta, phi):
         # by site, not scattered into one flat vector: the inner Hessian in theta then carries no
@@ -315,11 +323,23 @@ class LaplaceNUTS(MCMCKernel):
         at ``theta_start`` (default: the conditional mode at the first point)."""
         theta_start = self._theta0 if theta_start is None else theta_start
         value, _, _, _ = laplace_marginal(self._log_density, phi, theta_start, self._tol(phi.dtype),
-                                          self.inner_max_iter, self._hessian, self.quadrature)
+                                          self.inner_max_iter, self._hessian, self.quadrature, self._batched)
         return -value
 
     def _potential_at(self, theta_start):
-        return partial(self.potential_energy, theta_start=theta_start)
+        return partial(self._programs["potential"], theta_start=theta_start)
+
+    def _compile(self):
+        # one program each, not one per operation: called outside MCMC's compiled loop (at
+        # init, by NUTS's step-size search) they would otherwise dispatch hundreds of small
+        # programs (measured: a GLMM's cold run 31 s against 16 s warm)
+        hessian = self._hessian
+        self._programs = dict(
+            potential=jax.jit(lambda phi, theta_start: self.potential_energy(phi, theta_start)),
+            first_mode=jax.jit(lambda phi, theta: _solve(self._log_density, phi, theta, self._tol(phi.dtype),
+                                                         10 * self.inner_max_iter, hessian)),
+            state=jax.jit(self._state),
+        )
 
     # ------------------------------------------------------------------ kernel
     def _same_inputs(self, model_args, model_kwargs) -> bool:
@@ -345,18 +365,18 @@ class LaplaceNUTS(MCMCKernel):
         # the inner searches start where the conditional mode at the first phi is
         theta_start = flat[theta_index]
         self._check_structure(phi0, theta_start)
-        theta0, ok = _solve(self._log_density, phi0, theta_start, self._tol(phi0.dtype), 10 * self.inner_max_iter,
-                            self._hessian)
+        if fresh or self._kernels is None:
+            self._compile()
+            self._kernels = hmc(potential_fn_gen=self._potential_at, algo="NUTS")
+        theta0, ok = self._programs["first_mode"](phi0, theta_start)
         if not isinstance(ok, jax.core.Tracer) and not bool(ok):  # checkable outside vmapped chains
             raise FloatingPointError("LaplaceNUTS: the conditional mode of the latent field at the initial "
                                      "hyperparameters was not found (Newton did not converge or the Hessian is not "
                                      "negative definite there). Pass init_params or raise inner_max_iter.")
         self._theta0 = theta0
-        if fresh or self._kernels is None:
-            self._kernels = hmc(potential_fn_gen=self._potential_at, algo="NUTS")
         init_kernel, _ = self._kernels
         state = init_kernel(phi0, num_warmup, model_args=(theta0,), rng_key=key_nuts, **self.nuts_kwargs)
-        return self._state(state, theta0, key_draw)
+        return self._programs["state"](state, theta0, key_draw)
 
     def _check_structure(self, phi, theta):
         """The arrowhead's probe at the first point (where it can be read: not inside vmapped
@@ -364,8 +384,11 @@ class LaplaceNUTS(MCMCKernel):
         (a GP's whitened field, ``f = L z``); an explicit ``"arrowhead"`` is refused, named."""
         if isinstance(self._hessian, DenseHessian) or isinstance(phi, jax.core.Tracer):
             return
-        error = float(self._hessian.evaluate(lambda t: -self._log_density(t, phi), theta)[3])
+        hessian = self._hessian
+        error = float(jax.jit(lambda p, t: hessian.evaluate(lambda x: -self._log_density(x, p), t)[3])(phi, theta))
         if error <= structure_tol(theta.dtype):
+            # whether entries interact is the model's, not the point's: the searches skip the probe
+            self._hessian = self._hessian._replace(check=False)
             return
         if self.curvature == "auto":
             self._hessian = DenseHessian()

