@@ -49,6 +49,22 @@ def test_a_gaussian_hierarchy_gives_the_exact_marginal_of_the_hyperparameter(pre
     assert int(mcmc.get_extra_fields()["inner_failed"].sum()) == 0
 
 
+@pytest.mark.parametrize("chain_method", ["sequential", "vectorized"])
+def test_chains_run_sequential_and_vectorized(chain_method):
+    """Two chains as MCMC runs them: sequential (init outside any transform: the structure
+    check and the compiled programs of the first chain serve the second) and vectorized (init
+    under vmap: no check on traced values). Both hold every latent site for each chain and
+    agree with the closed-form marginal of mu (200 draws a chain: MC error 0.1 sd, bound 4 of them)."""
+    mcmc = MCMC(LaplaceNUTS(gaussian_hierarchy), num_warmup=100, num_samples=200, num_chains=2,
+                chain_method=chain_method, progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(1), Y)
+    s = mcmc.get_samples(group_by_chain=True)
+    assert s["mu"].shape == (2, 200) and s["theta"].shape == (2, 200, Y.shape[0])
+    assert not np.allclose(s["mu"][0], s["mu"][1])  # two chains, not one copied
+    mean, sd, _, _ = exact_posterior(Y)
+    assert abs(float(s["mu"].mean()) - mean) < 0.4 * sd
+
+
 def poisson_hierarchy(y):
     mu = numpyro.sample("mu", dist.Normal(0.0, 5.0))
     with numpyro.plate("group", y.shape[0]):
