@@ -53,6 +53,7 @@ import numpy as np
 from numpyro.infer import init_to_median
 from numpyro.infer.hmc import hmc
 from numpyro.infer.mcmc import MCMCKernel
+from numpyro.util import is_prng_key
 
 from .curvature_choice import hessian_for
 from .hessian import DenseHessian, plate_structure, structure_tol
@@ -265,7 +266,7 @@ class LaplaceNUTS(MCMCKernel):
         self.nuts_kwargs, self.init_strategy, self.curvature = nuts_kwargs, init_strategy, curvature
         self.quadrature = bool(quadrature)
         self._info = self._kernels = self._split = self._theta0 = self._args = self._raw = self._hessian = None
-        self._programs = None
+        self._programs, self._vectorized = None, False
 
     @property
     def model(self):
@@ -355,6 +356,18 @@ class LaplaceNUTS(MCMCKernel):
         fresh = not self._same_inputs(model_args, model_kwargs)
         if fresh:
             self._setup(model_args, model_kwargs)
+        self._vectorized = not is_prng_key(rng_key)
+        if not self._vectorized:
+            return self._init_chain(rng_key, num_warmup, init_params, fresh)
+        # chain_method="vectorized": a key per chain (as NumPyro's HMC takes them). The first
+        # chain's start runs outside vmap, where the structure and the first mode can be checked
+        first = None if init_params is None else jax.tree.map(lambda a: a[0], init_params)
+        self._init_chain(rng_key[0], num_warmup, first, fresh)
+        if init_params is None:
+            return jax.vmap(lambda key: self._init_chain(key, num_warmup, None, False))(rng_key)
+        return jax.vmap(lambda key, p: self._init_chain(key, num_warmup, p, False))(rng_key, init_params)
+
+    def _init_chain(self, rng_key, num_warmup, init_params, fresh):
         theta_index, phi_index = self._split
         key_init, key_nuts, key_draw = jax.random.split(rng_key, 3)
         if init_params is None:
@@ -369,11 +382,12 @@ class LaplaceNUTS(MCMCKernel):
             self._compile()
             self._kernels = hmc(potential_fn_gen=self._potential_at, algo="NUTS")
         theta0, ok = self._programs["first_mode"](phi0, theta_start)
-        if not isinstance(ok, jax.core.Tracer) and not bool(ok):  # checkable outside vmapped chains
-            raise FloatingPointError("LaplaceNUTS: the conditional mode of the latent field at the initial "
-                                     "hyperparameters was not found (Newton did not converge or the Hessian is not "
-                                     "negative definite there). Pass init_params or raise inner_max_iter.")
-        self._theta0 = theta0
+        if not isinstance(ok, jax.core.Tracer):  # checkable outside vmapped chains
+            if not bool(ok):
+                raise FloatingPointError("LaplaceNUTS: the conditional mode of the latent field at the initial "
+                                         "hyperparameters was not found (Newton did not converge or the Hessian is "
+                                         "not negative definite there). Pass init_params or raise inner_max_iter.")
+            self._theta0 = theta0
         init_kernel, _ = self._kernels
         state = init_kernel(phi0, num_warmup, model_args=(theta0,), rng_key=key_nuts, **self.nuts_kwargs)
         return self._programs["state"](state, theta0, key_draw)
@@ -413,6 +427,9 @@ class LaplaceNUTS(MCMCKernel):
         return LaplaceNUTSState(z, hmc_state, mode, ~ok, hmc_state.diverging, hmc_state.num_steps, rng_key)
 
     def sample(self, state, model_args, model_kwargs):
+        return jax.vmap(self._sample_chain)(state) if self._vectorized else self._sample_chain(state)
+
+    def _sample_chain(self, state):
         _, sample_kernel = self._kernels
         hmc_state = sample_kernel(state.hmc, model_args=(state.theta_mode,))
         return self._state(hmc_state, state.theta_mode, state.rng_key)
