@@ -333,7 +333,7 @@ class LaplaceNUTS(MCMCKernel):
     def _compile(self):
         # one program each, not one per operation: called outside MCMC's compiled loop (at
         # init, by NUTS's step-size search) they would otherwise dispatch hundreds of small
-        # programs (measured: a GLMM's cold run 31 s against 16 s warm)
+        # programs (a GLMM with 1000 groups, 500 + 500: cold 31 s before, 19 s after; warm 16 s)
         hessian = self._hessian
         self._programs = dict(
             potential=jax.jit(lambda phi, theta_start: self.potential_energy(phi, theta_start)),
@@ -396,8 +396,8 @@ class LaplaceNUTS(MCMCKernel):
         """The arrowhead's probe at the first point (where it can be read: not inside vmapped
         chains): ``"auto"`` moves to the dense inner Hessian where the plate's entries interact
         (a GP's whitened field, ``f = L z``); an explicit ``"arrowhead"`` is refused, named."""
-        if isinstance(self._hessian, DenseHessian) or isinstance(phi, jax.core.Tracer):
-            return
+        if isinstance(self._hessian, DenseHessian) or not self._hessian.check or isinstance(phi, jax.core.Tracer):
+            return  # dense, checked already (a second run or chain), or not readable here
         hessian = self._hessian
         error = float(jax.jit(lambda p, t: hessian.evaluate(lambda x: -self._log_density(x, p), t)[3])(phi, theta))
         if error <= structure_tol(theta.dtype):
