@@ -25,6 +25,7 @@ in ``docs/gp.md``.
 """
 
 import os
+import pickle
 import sys
 import time
 
@@ -108,9 +109,45 @@ def _nuts(model, args, kwargs, warmup, samples, chains=1, **nuts):
 REFERENCES = {200: dict(num_chains=4, num_warmup=1000, num_samples=2500, min_ess=1000, max_rhat=1.01),
               1000: dict(num_chains=1, num_warmup=400, num_samples=1200, min_ess=300, max_rhat=1.05)}
 """The long NUTS runs, cached in ``benchmarks/references/latent_gp_{n}.npz``: at n = 1000 a
-gradient costs tens of milliseconds here, so one chain of 400 + 1200 (about 20 minutes) is what
-a reference can afford; ESS above 300 puts its own W1/sd noise near 0.06 (R-hat of the split
-chain)."""
+gradient costs tens of milliseconds here and a transition up to 2^7 of them, so one chain of
+400 + 1200 (an hour or more on two cores) is what a reference can afford, run in pieces that
+survive an interrupted session (:func:`_resumable_chain`); ESS above 300 puts its own W1/sd
+noise near 0.06 (R-hat of the split chain)."""
+
+REFERENCE_PIECE = 200
+"""Draws per saved piece of a one-chain reference."""
+
+
+def _resumable_chain(path, x, y, num_warmup, num_samples, seed):
+    """One NUTS chain in pieces of :data:`REFERENCE_PIECE` draws: after the warm-up and after
+    each piece the sampler's state and the draws so far go to ``path + ".partial.pkl"``, and a
+    later call goes on from there. Returns ``{"amp", "ls"}`` with a leading chain axis of 1."""
+    partial = path + ".partial.pkl"
+    mcmc = MCMC(NUTS(whitened_gp, target_accept_prob=0.9), num_warmup=num_warmup, num_samples=REFERENCE_PIECE,
+                progress_bar=False)
+
+    def save(state, draws):
+        with open(partial, "wb") as f:
+            pickle.dump((jax.tree.map(np.asarray, state), draws), f)
+
+    if os.path.exists(partial):
+        with open(partial, "rb") as f:
+            state, draws = pickle.load(f)
+        state = jax.tree.map(jnp.asarray, state)
+    else:
+        mcmc.warmup(jax.random.PRNGKey(seed), x, y)
+        state, draws = mcmc.post_warmup_state, {"amp": [], "ls": []}
+        save(state, draws)
+    while REFERENCE_PIECE * len(draws["amp"]) < num_samples:
+        mcmc.post_warmup_state = state
+        mcmc.run(state.rng_key, x, y)
+        samples = mcmc.get_samples()
+        for k in draws:
+            draws[k].append(np.asarray(samples[k]))
+        state = mcmc.last_state
+        save(state, draws)
+        print(f"reference: {REFERENCE_PIECE * len(draws['amp'])} of {num_samples} draws", flush=True)
+    return {k: np.concatenate(v)[None] for k, v in draws.items()}
 
 
 def reference(n):
@@ -121,16 +158,21 @@ def reference(n):
     settings = dict(REFERENCES[n])
     min_ess, max_rhat = settings.pop("min_ess"), settings.pop("max_rhat")
     x, y = gp_data(n)
-    mcmc = MCMC(NUTS(whitened_gp, target_accept_prob=0.9), **settings, chain_method="sequential", progress_bar=False)
-    mcmc.run(jax.random.PRNGKey(2024), x, y)
-    grouped = mcmc.get_samples(group_by_chain=True)
+    if settings["num_chains"] == 1:
+        grouped = _resumable_chain(path, x, y, settings["num_warmup"], settings["num_samples"], 2024)
+    else:
+        mcmc = MCMC(NUTS(whitened_gp, target_accept_prob=0.9), **settings, chain_method="sequential",
+                    progress_bar=False)
+        mcmc.run(jax.random.PRNGKey(2024), x, y)
+        grouped = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
     ess = min(float(az.ess(np.asarray(grouped[k]))) for k in ("amp", "ls"))
     rhat = max(float(az.rhat(np.asarray(grouped[k]))) for k in ("amp", "ls"))
     if not (ess > min_ess and rhat < max_rhat):
         raise RuntimeError(f"reference at n = {n}: ESS {ess:.0f}, R-hat {rhat:.3f}")
-    flat = mcmc.get_samples()
-    out = {k: np.asarray(flat[k], np.float32) for k in ("amp", "ls")}
+    out = {k: np.asarray(grouped[k], np.float32).reshape(-1) for k in ("amp", "ls")}
     np.savez(path, **out, __ess__=ess, __rhat__=rhat)
+    if os.path.exists(path + ".partial.pkl"):
+        os.remove(path + ".partial.pkl")
     return out
 
 
