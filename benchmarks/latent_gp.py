@@ -127,14 +127,16 @@ def _resumable_chain(path, x, y, num_warmup, num_samples, seed):
                 progress_bar=False)
 
     def save(state, draws):
-        with open(partial, "wb") as f:
-            pickle.dump((jax.tree.map(np.asarray, state), draws), f)
+        state = jax.tree.map(np.asarray, state)  # waits for the run (JAX dispatches it asynchronously)
+        with open(partial + ".tmp", "wb") as f:
+            pickle.dump((state, draws), f)
+        os.replace(partial + ".tmp", partial)  # whole or not at all, if the session ends meanwhile
 
-    if os.path.exists(partial):
+    try:
         with open(partial, "rb") as f:
             state, draws = pickle.load(f)
         state = jax.tree.map(jnp.asarray, state)
-    else:
+    except (OSError, EOFError, pickle.UnpicklingError):  # none yet, or cut short by an older version
         mcmc.warmup(jax.random.PRNGKey(seed), x, y)
         state, draws = mcmc.post_warmup_state, {"amp": [], "ls": []}
         save(state, draws)
