@@ -35,6 +35,12 @@ def _on_host(host_fn, *arrays):
         out = host_fn(*(np.asarray(a, np.float64) for a in host_arrays))
         return np.asarray(out, dtype=dtype)
 
+    if not any(isinstance(a, jax.core.Tracer) for a in arrays):
+        # concrete inputs (host-side work: nested Laplace's mixture draws) are computed here:
+        # an eager pure_callback hands its callback device arrays whose copy waits for XLA's
+        # thread pool, which runs the callback itself: with one thread (one core, or a
+        # process pinned to one) a million entries hung forever (tests/test_quantiles.py)
+        return jnp.asarray(call(*arrays))
     return jax.pure_callback(call, shape, *arrays, vmap_method="broadcast_all")
 
 

@@ -7,6 +7,7 @@ import pytest
 from scipy import special, stats
 
 from numpyro_lm.quantiles import beta_logit_quantile, gamma_log_quantile
+from numpyro_lm.random import log_gamma
 
 pytestmark = pytest.mark.usefixtures("x64")
 
@@ -47,3 +48,25 @@ def test_quantiles_work_under_jit_and_vmap():
     f = jax.jit(jax.vmap(lambda a, u: gamma_log_quantile(a, 1.0, u)))
     out = f(jnp.array([1.0, 2.0]), jnp.array([0.5, 0.5]))
     np.testing.assert_allclose(np.exp(out), stats.gamma([1.0, 2.0]).ppf(0.5), rtol=1e-10)
+
+
+
+def test_concrete_inputs_are_computed_without_a_host_callback(monkeypatch):
+    # an eager pure_callback hands its callback device arrays whose copy waits on XLA's
+    # thread pool, which runs the callback itself: seen once as a hang at 0 % CPU (nested
+    # Laplace's mixture draws, one core, the stack in PyArray_bf_getbuffer). Concrete inputs
+    # therefore never go through a callback; under jit they must (and still agree)
+    def refuse(*args, **kwargs):
+        raise AssertionError("a host callback on concrete inputs")
+
+    u = jnp.asarray(np.random.default_rng(0).uniform(size=1000), jnp.float32)
+    with monkeypatch.context() as m:
+        m.setattr(jax, "pure_callback", refuse)
+        eager_gamma = np.asarray(gamma_log_quantile(jnp.full(1000, 2.0), 1.0, u))
+        eager_beta = np.asarray(beta_logit_quantile(2.0, 3.0, u))
+        eager_draws = np.asarray(log_gamma(jax.random.PRNGKey(0), jnp.full(3, 2.0), 5))
+    jitted = jax.jit(lambda a, x: (gamma_log_quantile(a, 1.0, x), beta_logit_quantile(2.0, 3.0, x)))
+    np.testing.assert_allclose(eager_gamma, jitted(jnp.full(1000, 2.0), u)[0], rtol=1e-6)  # same float64 host code
+    np.testing.assert_allclose(eager_beta, jitted(jnp.full(1000, 2.0), u)[1], rtol=1e-6)
+    np.testing.assert_allclose(eager_draws, jax.jit(lambda k: log_gamma(k, jnp.full(3, 2.0), 5))(jax.random.PRNGKey(0)),
+                               rtol=1e-6)
