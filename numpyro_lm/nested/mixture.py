@@ -88,8 +88,10 @@ def mixture_moments(design: NestedDesign, size: int):
     return mean, 0.5 * (cov + cov.T)
 
 
-@partial(jax.jit, static_argnums=0)
 def _quantile(family, params, s):
+    # not jitted: on concrete inputs the host quantile functions (numpyro_lm.quantiles) run
+    # directly, where under jit they are a pure_callback, which in a test-suite process
+    # pinned to one core hung here for good (its argument's copy waits on the one pool thread)
     return family.basis_quantile(params, ndtr(s))
 
 
