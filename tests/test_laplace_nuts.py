@@ -49,7 +49,7 @@ def test_a_gaussian_hierarchy_gives_the_exact_marginal_of_the_hyperparameter(pre
     assert int(mcmc.get_extra_fields()["inner_failed"].sum()) == 0
 
 
-@pytest.mark.parametrize("chain_method", ["sequential", "vectorized"])
+@pytest.mark.parametrize("chain_method", ["sequential", pytest.param("vectorized", marks=pytest.mark.slow)])
 def test_chains_run_sequential_and_vectorized(chain_method):
     """Two chains as MCMC runs them: sequential (init outside any transform: the structure
     check and the compiled programs of the first chain serve the second) and vectorized (init
@@ -72,8 +72,10 @@ def poisson_hierarchy(y):
         numpyro.sample("y", dist.Poisson(jnp.exp(theta)), obs=y)
 
 
-@pytest.mark.parametrize("model, y", [(gaussian_hierarchy, Y), (poisson_hierarchy, jnp.array([0.0, 3.0, 1.0, 7.0]))],
-                         ids=["gaussian", "poisson"])
+@pytest.mark.parametrize("model, y", [
+    pytest.param(gaussian_hierarchy, Y, id="gaussian"),
+    pytest.param(poisson_hierarchy, jnp.array([0.0, 3.0, 1.0, 7.0]), id="poisson", marks=pytest.mark.slow),
+])
 def test_the_implicit_gradient_matches_finite_differences(x64, model, y):
     # the Poisson conditional's Hessian moves with theta*: a stale one in the backward pass shows
     info = model_info(model, (y,))
@@ -218,6 +220,7 @@ def exact_log_marginal(b0, sigma, group, y):
     return total
 
 
+@pytest.mark.slow  # 40 s on one core: runs where CI=true (Makefile)
 def test_gauss_hermite_makes_the_binary_groups_marginal_exact():
     """40 groups of 5 binary observations: Laplace misjudges each group's integral (Breslow and
     Lin 1995), adaptive Gauss-Hermite gets it to 1e-4 nats (nested.quadrature). The potential's
@@ -262,6 +265,7 @@ def whitened_field(x, y=None):
         numpyro.sample("y", dist.Bernoulli(logits=jnp.linalg.cholesky(k) @ z), obs=y)
 
 
+@pytest.mark.slow  # 14 s on one core: runs where CI=true (Makefile)
 def test_a_plate_whose_entries_interact_gets_the_dense_inner_hessian():
     from numpyro_lm.hessian import ArrowheadHessian, DenseHessian
 

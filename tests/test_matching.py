@@ -309,6 +309,7 @@ def test_dependent_support_is_rebuilt_from_current_values():
         lm.posterior["b"]
 
 
+@pytest.mark.slow  # 14 s on one core: runs where CI=true (Makefile)
 def test_wishart_normal_is_exact():
     """Precision ~ Wishart(n, V), y_i ~ MVN(0, precision): Wishart(n + N, (V^-1 + sum y y')^-1)."""
     y = jax.random.multivariate_normal(jax.random.PRNGKey(5), jnp.zeros(2), jnp.array([[2.0, 0.6], [0.6, 1.0]]), (30,))

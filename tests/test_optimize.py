@@ -167,6 +167,7 @@ def _gp_log_density():
     return info, (lambda flat: info.log_density(flat))
 
 
+@pytest.mark.slow  # 15 s on one core: runs where CI=true (Makefile)
 def test_hessian_by_runs_of_sites_equals_the_whole(x64):
     # float64: the two orders of summation agree to its round-off
     from numpyro_lm.trace import site_runs

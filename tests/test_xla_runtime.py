@@ -38,6 +38,7 @@ def test_import_sets_the_flag_and_batched_solves_finish():
     assert SCHEDULER_FLAG in out.stdout and out.stdout.strip().endswith("done")
 
 
+@pytest.mark.slow  # 13 s on one core: runs where CI=true (Makefile)
 def test_batched_inverse_wishart_map_of_235_matrices_finishes():
     # the issue's case: a jitted batch of 235 4 x 4 matrices hung (batches of 100 finished)
     code = """
