@@ -17,7 +17,7 @@ from numpyro_lm import LaplaceMatching
 from numpyro_lm.adapters import warm_nuts
 from numpyro_lm.curvature import CholeskyCurvature
 from numpyro_lm.nested import ccd_points, cell_draws, cell_moments, mean_shift
-from numpyro_lm.nested.search import _derivatives, _stencil
+from numpyro_lm.nested.search import _derivatives, _stencil, explore
 
 pytestmark = pytest.mark.usefixtures("x64")
 DATA = os.path.join(os.path.dirname(__file__), "data")
@@ -96,6 +96,28 @@ def test_stencil_derivatives_of_a_quadratic_are_exact():
     grad, hess = _derivatives(values, h, 2)
     np.testing.assert_allclose(grad, [1.0, -2.0], atol=1e-12)
     np.testing.assert_allclose(hess, -a, atol=1e-12)
+
+
+def _quadratic_marginal(finite):
+    """A marginal ``-0.5 |t - 0.01|^2 / 0.1^2`` (mode 0.01, SD 0.1 per coordinate), NaN where
+    ``finite(t)`` is False: an inner fit that failed beside the point."""
+    def marginal(points, x0s):
+        logp = -0.5 * np.sum((points - 0.01) ** 2, 1) / 0.1**2
+        return np.where([finite(p) for p in points], logp, np.nan), x0s
+    return marginal
+
+
+def test_the_mode_search_shrinks_its_stencil_where_an_inner_fit_fails():
+    # NaN 0.04 above the mode: the first stencil (0.05) reaches it, and its differences would be
+    # NaN (numpy's eigh then raised "Eigenvalues did not converge" on a float32 BNN)
+    search = explore(_quadratic_marginal(lambda t: t[0] < 0.04), np.zeros(2), np.zeros(3))
+    np.testing.assert_allclose(search.theta, [0.01, 0.01], atol=1e-3)  # the tolerance: 1e-3 SDs of 0.1
+    np.testing.assert_allclose(search.precision, np.eye(2) / 0.1**2, rtol=1e-3)  # exact differences on a quadratic
+
+
+def test_a_marginal_that_fails_everywhere_beside_the_start_is_refused_by_name():
+    with pytest.raises(ValueError, match="not finite beside .*LaplaceNUTS"):
+        explore(_quadratic_marginal(lambda t: bool(np.all(t == 0.0))), np.zeros(2), np.zeros(3))
 
 
 def linear_gaussian():

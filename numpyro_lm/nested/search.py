@@ -69,6 +69,11 @@ def _derivatives(values: np.ndarray, h: np.ndarray, d: int):
     return grad, hess
 
 
+MIN_STENCIL = 1e-4
+"""The smallest difference step (basis units) the search shrinks to where the marginal is not
+finite beside the point; below it the differences are float32 round-off."""
+
+
 def explore(marginal: Callable, theta0, x0, max_iter: int = 50, tol: float = 1e-3):
     """Mode and curvature of ``log p~(theta)``.
 
@@ -99,6 +104,19 @@ def explore(marginal: Callable, theta0, x0, max_iter: int = 50, tol: float = 1e-
                 "the Laplace marginal of the hyperparameters is not finite at the start; pass "
                 "init_params= with values inside the model's support"
             )
+        if not np.all(np.isfinite(logp)):
+            # an inner fit failed beside theta (its Newton search, in float32 on a flat
+            # direction): the differences would be NaN, so the stencil shrinks instead
+            if np.all(h <= MIN_STENCIL):
+                raise ValueError(
+                    f"the Laplace marginal of the hyperparameters is not finite beside {np.round(theta, 4).tolist()} "
+                    f"(the latent field's conditional mode was not found {MIN_STENCIL:.0e} basis units away): it "
+                    "cannot be differentiated there. Fit jointly (strategy=\"laplace\"), enable float64 "
+                    "(jax.config.update(\"jax_enable_x64\", True)), or sample the hyperparameters with "
+                    "MCMC(LaplaceNUTS(model))."
+                )
+            h = np.maximum(h / 4, MIN_STENCIL)
+            continue
         x_ref = xs[0]
         grad, hess = _derivatives(logp, h, d)
         neg = -hess
