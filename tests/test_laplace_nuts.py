@@ -1,6 +1,7 @@
 """numpyro_lm.laplace_nuts: NUTS over hyperparameters on the Laplace marginal of the latent
 field; exact where the latent field is Gaussian given the hyperparameters."""
 
+import arviz as az
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -182,6 +183,8 @@ def test_unknown_nuts_options_are_refused_by_name():
     LaplaceNUTS(gaussian_hierarchy, target_accept_prob=0.9, max_tree_depth=8)  # NUTS's own names work
     with pytest.raises(ValueError, match="curvature"):
         LaplaceNUTS(gaussian_hierarchy, curvature="lowrank")
+    with pytest.raises(ValueError, match="quadrature"):
+        LaplaceNUTS(gaussian_hierarchy, quadrature="trajectory")
 
 
 def test_a_model_that_uses_its_data_in_numpy_runs():
@@ -253,6 +256,42 @@ def test_gauss_hermite_makes_the_binary_groups_marginal_exact():
     laplace_error = np.abs(np.diff(found[False]) - np.diff(truth)).max()
     assert quad_error < 0.01, (quad_error, laplace_error)
     assert laplace_error > 10 * quad_error  # the test can fail: Laplace alone is visibly off
+
+
+def binary_pairs(group, num_groups, y=None):
+    sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
+    with numpyro.plate("groups", num_groups):
+        z = numpyro.sample("z", dist.Normal(0.0, 1.0))
+    with numpyro.plate("obs", group.shape[0]):
+        numpyro.sample("y", dist.Bernoulli(logits=0.3 + sigma * z[group]), obs=y)
+
+
+@pytest.mark.slow  # 45 s on one core: runs where CI=true (Makefile)
+def test_delayed_acceptance_samples_the_quadrature_corrected_marginal():
+    """100 groups of 2 binary observations: Laplace alone puts sigma's posterior mean 18
+    standard errors low; NUTS on the Laplace marginal with the quadrature's correction as a
+    delayed-acceptance step (``quadrature="delayed"``) must match the exact marginal (a grid
+    over sigma of per-group integrals) within Monte Carlo error."""
+    rng = np.random.default_rng(0)
+    group = np.repeat(np.arange(100), 2).astype(np.int32)
+    y = (rng.uniform(size=200) < 1 / (1 + np.exp(-(0.3 + 1.5 * rng.normal(size=100)[group])))).astype(np.float32)
+    s = np.linspace(0.01, 5, 500)
+    log_post = np.array([exact_log_marginal(0.3, v, group, y) for v in s]) - s**2 / 2  # HalfNormal(1) prior
+    w = np.exp(log_post - log_post.max())
+    exact_mean = np.sum(w * s) / np.sum(w)
+    means = {}
+    for quadrature in ("delayed", False):
+        mcmc = MCMC(LaplaceNUTS(binary_pairs, quadrature=quadrature), num_warmup=500, num_samples=2000,
+                    progress_bar=False)
+        mcmc.run(jax.random.PRNGKey(1), group, 100, y=y, extra_fields=("correction_rejected",))
+        draws = np.asarray(mcmc.get_samples()["sigma"])
+        se = draws.std() / np.sqrt(float(az.ess(draws[None])))  # Monte Carlo standard error of the mean
+        means[quadrature] = (draws.mean(), se)
+        rejected = np.asarray(mcmc.get_extra_fields()["correction_rejected"])
+        assert rejected.any() == bool(quadrature)  # the step ran (and only with the quadrature)
+    (mean, se), (laplace_mean, laplace_se) = means["delayed"], means[False]
+    assert abs(mean - exact_mean) < 4 * se, (mean, exact_mean, se)  # 4 SE: a 1-in-15 000 false alarm
+    assert abs(laplace_mean - exact_mean) > 4 * laplace_se  # the test can fail: Laplace alone is off
 
 
 def whitened_field(x, y=None):
