@@ -43,5 +43,6 @@ def run_table(lines: list, names, assess, row) -> list:
 
 def environment() -> str:
     """The line every table opens with: JAX's version, float64 or not, the platform and cores."""
-    return (f"jax {jax.__version__}, x64={jax.config.jax_enable_x64}, {jax.devices()[0].platform} "
-            f"({os.cpu_count()} cores)")
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = f"{os.cpu_count()} cores" if usable == os.cpu_count() else f"pinned to {usable} of {os.cpu_count()} cores"
+    return f"jax {jax.__version__}, x64={jax.config.jax_enable_x64}, {jax.devices()[0].platform} ({cores})"
