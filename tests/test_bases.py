@@ -114,6 +114,7 @@ def test_matrix_square_log_det_matches_closed_form():
     np.testing.assert_allclose(t.log_abs_det_jacobian(y, t(y)), jnp.sum(jnp.log(jnp.abs(lam[i] + lam[j]))), rtol=1e-10)
 
 
+@pytest.mark.slow  # 8 s on one core: runs where CI=true (Makefile)
 def test_matrix_exp_log_det_has_finite_hessian_at_identity():
     # eigh-based formulas have no derivative where eigenvalues coincide (at X = I)
     t = SymmetricMatrixExpTransform()

@@ -14,6 +14,7 @@ def gamma_poisson(y):
     numpyro.sample("y", dist.Poisson(rate), obs=y)
 
 
+@pytest.mark.slow  # 8 s on one core: runs where CI=true (Makefile)
 def test_compare_lm_nuts_ess(x64):  # exactness (k-hat -inf) is a float64 property
     y = jnp.array([3.0, 5.0, 4.0, 6.0])
     out = compare(gamma_poisson, y, methods=("lm", "nuts", "ess"), num_warmup=200, num_samples=500,

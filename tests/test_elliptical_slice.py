@@ -32,6 +32,7 @@ def test_step_with_flat_likelihood_accepts_the_first_proposal():
     assert int(n) == 1 and z.shape == (3,)
 
 
+@pytest.mark.slow  # 8 s on one core: runs where CI=true (Makefile)
 def test_gp_regression_posterior_is_recovered():
     x = jnp.linspace(-2.0, 2.0, 12)
     y = jnp.sin(2 * x) + 0.3 * jax.random.normal(KEY, x.shape)

@@ -196,6 +196,7 @@ def nested_fits_agree(model, args, kwargs, structured: str) -> dict:
     return fits
 
 
+@pytest.mark.slow  # 10 s on one core: runs where CI=true (Makefile)
 def test_nested_fit_with_the_arrowhead_agrees_with_the_dense_one():
     """Nested Laplace over sigma, inner fits structured (float64, exact log-determinant gradient
     for the mean shift, coarser lattice, per-coordinate summary) against the dense inner fits
@@ -244,6 +245,7 @@ def lowrank_at(rank=None, seed=1):
     return info, strategy, (lambda z: -info.log_density(z, (x,), {"y": y})), point
 
 
+@pytest.mark.slow  # 11 s on one core: runs where CI=true (Makefile)
 def test_lowrank_hessian_equals_the_dense_one():
     info, strategy, neg, point = lowrank_at()
     assert strategy.rank == 30 + 1 + LOWRANK_MARGIN  # observed numbers, one global, the margin

@@ -153,6 +153,7 @@ def test_no_mode_at_the_start_is_a_clear_error():
         MCMC(LaplaceNUTS(model), num_warmup=5, num_samples=5, progress_bar=False).run(jax.random.PRNGKey(0))
 
 
+@pytest.mark.slow  # 11 s on one core: runs where CI=true (Makefile)
 def test_the_arrowhead_inner_curvature_gives_the_dense_marginal_and_gradient():
     from numpyro_lm.hessian import ArrowheadHessian, DenseHessian, plate_structure
     from numpyro_lm.laplace_nuts import _joint, _split, inner_hessian, theta_layout

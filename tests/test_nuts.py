@@ -92,6 +92,7 @@ def plated(y):
         numpyro.sample("y", dist.Poisson(rate * (1 + p[0])), obs=y)
 
 
+@pytest.mark.slow  # 8 s on one core: runs where CI=true (Makefile)
 def test_diagonal_mass_matrix_equals_the_dense_diagonal():
     """Beyond dense_max_dim the warm start forms no D x D array (site by site, elementwise
     slopes for large sites): its diagonal equals the dense computation's."""

@@ -96,6 +96,7 @@ for link, y in (("softmax", rng.integers(0, 3, 20)), ("logit", rng.integers(0, 2
 """
 
 
+@pytest.mark.slow  # 10 s on one core: runs where CI=true (Makefile)
 def test_data_converted_earlier_in_float32_still_runs_in_float64():
     # jaxlib 0.10 reused an array's float32-mode conversion in the float64 verdict ("expected
     # s64[20] but got s32[20]", "expected f64[20] but got f32[20]") after an elliptical slice

@@ -29,6 +29,7 @@ def mixture():
     numpyro.factor("target", log_mixture(w))
 
 
+@pytest.mark.slow  # 8 s on one core: runs where CI=true (Makefile)
 def test_mixture_kl_ordering_of_the_paper():
     # KL(q || p) by quadrature on a 901 x 901 grid over [-9, 9]^2 (p is normalised: the
     # grid holds all but 3e-6 of its mass)

@@ -36,6 +36,7 @@ def test_conjugate_model_is_calibrated(x32):
     assert "calibrated" in str(result) and np.all(result.pareto_k < 0.5)
 
 
+@pytest.mark.slow  # 7 s on one core: runs where CI=true (Makefile)
 def test_eight_schools_tau_is_miscalibrated_and_the_plot_shows_it(x32):
     # the joint Laplace fit misplaces the group scale (8 SD off on the real data): the ranks
     # of the simulated tau pile up at the low end
