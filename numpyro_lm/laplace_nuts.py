@@ -20,23 +20,16 @@ Carlo using an adjoint-differentiated Laplace approximation") and blackjax's ``l
 do the same for a hand-written ``log_joint(theta, phi)``; here any NumPyro model works.
 
 Where the field is one scalar per plate entry given :math:`\phi` (a random intercept per
-group), each entry's integral is taken by adaptive Gauss-Hermite quadrature about its
-conditional mode instead of Laplace
-(:func:`~numpyro_lm.nested.quadrature.block_quadrature_correction`, nine gradients of the
-model whatever the number of groups): Laplace underestimates the spread of a group of a few
-binary observations and with it the variance component (Breslow and Lin 1995); lme4's
-``glmer(nAGQ=)`` does the same. The target is then
-:math:`\tilde p_L(\phi \mid y)\, e^{c(\phi)}`, :math:`c` the quadrature's correction, in
-NUTS's potential at every leapfrog step (``quadrature=True``, the default), or reached by
-*delayed acceptance* (``quadrature="delayed"``; Christen and Fox 2005): NUTS moves on the
-Laplace marginal :math:`\tilde p_L` alone, and its proposal :math:`\phi'` is then accepted
-with probability :math:`\min(1, e^{c(\phi') - c(\phi)})`. The NUTS transition leaves
-:math:`\tilde p_L` invariant and is reversible, so this Metropolis-Hastings step leaves the
-corrected target invariant, exactly, with the nine gradients once per iteration instead of
-at every leapfrog step. Measured on a logistic GLMM with 1000 groups (500 + 500, one core):
-an iteration costs half as much, but the chain loses NUTS's anticorrelated draws (sigma's
-ESS 329 against 1055, 11 % of the proposals turned down), so ESS per second falls (11.7
-against 20.7; plain NUTS 8.1): the default keeps the correction in the potential.
+group), each entry's integral is taken by adaptive Gauss-Hermite quadrature about its mode
+(:func:`~numpyro_lm.nested.quadrature.block_quadrature_correction`, nine model gradients):
+Laplace underestimates a binary group's spread and with it the variance component (Breslow
+and Lin 1995; lme4's ``glmer(nAGQ=)``). The target :math:`\tilde p_L(\phi \mid y)\,e^{c(\phi)}`
+(:math:`c` the correction) is NUTS's potential (``quadrature=True``, default), or reached by
+*delayed acceptance* (``"delayed"``; Christen and Fox 2005): NUTS moves on :math:`\tilde p_L`,
+a reversible :math:`\tilde p_L`-invariant kernel, and its move is kept with probability
+:math:`\min(1, e^{c(\phi') - c(\phi)})`, which leaves the target invariant exactly. It takes
+the nine gradients once per iteration, not per leapfrog step, but loses NUTS's anticorrelated
+draws (a 1000-group GLMM: about half the ESS per second), hence not the default.
 
 Each NUTS step starts its inner searches at the previous step's :math:`\theta^*`
 (NumPyro's functional ``hmc`` regenerates the potential from arguments each step, which
@@ -84,10 +77,8 @@ class LaplaceNUTSState(NamedTuple):
     """``z``: every latent coordinate (``phi`` from NUTS, ``theta`` drawn given it), flat, in
     the LM bases; ``hmc``: NUTS's state over ``phi``; ``theta_mode``: the conditional mode at
     ``phi``; ``inner_failed``: its Newton solve did not converge or found no mode;
-    ``diverging`` and ``num_steps`` as NUTS reports them; ``rng_key`` for the draws of theta;
-    ``log_correction``: the quadrature's correction :math:`c(\phi)` at the current point (0
-    without delayed acceptance); ``correction_rejected``: the delayed-acceptance step turned
-    NUTS's proposal down (module docstring)."""
+    ``diverging``, ``num_steps`` as NUTS reports them; ``rng_key`` for the draws of theta;
+    ``log_correction``, ``correction_rejected``: delayed acceptance's :math:`c(\phi)` and verdict."""
 
     z: jnp.ndarray
     hmc: object
@@ -175,11 +166,15 @@ def laplace_marginal(log_density, phi, theta0, tol, max_iter, hessian=DenseHessi
     half_logdet, positive = _half_logdet(hessian, hess)
     out = -value + 0.5 * theta.shape[-1] * jnp.log(2.0 * jnp.pi) - half_logdet
     if quadrature and scalar_blocks(hessian):
-        out = out + block_quadrature_correction(lambda t: log_density(t, phi), theta,
-                                                hessian.structure.local_index[:, 0], hessian.curvature(hess).a[:, 0, 0],
-                                                batched)
+        out = out + _quadrature_correction(log_density, phi, theta, hessian, hess, batched)
     ok = ok & positive & jnp.isfinite(out)
     return jnp.where(ok, out, -jnp.inf), theta, hess, ok
+
+
+def _quadrature_correction(log_density, phi, theta, hessian, hess, batched):
+    """:math:`c(\phi)`: the scalar blocks' Gauss-Hermite correction at the conditional mode."""
+    return block_quadrature_correction(lambda t: log_density(t, phi), theta, hessian.structure.local_index[:, 0],
+                                       hessian.curvature(hess).a[:, 0, 0], batched)
 
 
 def _half_logdet(hessian, hess):
@@ -252,10 +247,9 @@ class LaplaceNUTS(MCMCKernel):
         hyperparameters (a random intercept per group: the arrowhead with scalar blocks), each
         entry's integral by adaptive Gauss-Hermite quadrature (lme4's ``nAGQ``): Laplace
         underestimates the spread of a binary group's integral and with it the variance
-        component (Breslow and Lin 1995). ``True`` (default): inside NUTS's potential, nine
-        gradients of the model per leapfrog step; ``"delayed"``: the same target by delayed
-        acceptance, nine per iteration (module docstring: cheaper iterations, fewer effective
-        draws); ``False``: Laplace alone.
+        component (Breslow and Lin 1995). ``True`` (default): in NUTS's potential, nine model
+        gradients per leapfrog step; ``"delayed"``: the same target by delayed acceptance, nine
+        per iteration (module docstring); ``False``: Laplace alone.
     :param init_strategy: a NumPyro init strategy for the first point (default
         ``init_to_median``: the prior's medians, where the latent field's conditional mode
         usually exists); ``MCMC.run(init_params=...)`` takes flat LM-basis coordinates instead.
@@ -351,17 +345,14 @@ class LaplaceNUTS(MCMCKernel):
                                           self._batched)
         return -value
 
-    def _delayed(self) -> bool:
-        """Whether the quadrature's correction is applied by delayed acceptance."""
+    def _delayed(self) -> bool:  # the quadrature's correction by delayed acceptance
         return self.quadrature == "delayed" and scalar_blocks(self._hessian)
 
     def _correction(self, phi, mode, hess):
         """:math:`c(\phi)` at the conditional mode (0 without delayed acceptance)."""
         if not self._delayed():
             return jnp.zeros((), phi.dtype)
-        return block_quadrature_correction(lambda t: self._log_density(t, phi), mode,
-                                           self._hessian.structure.local_index[:, 0],
-                                           self._hessian.curvature(hess).a[:, 0, 0], self._batched)
+        return _quadrature_correction(self._log_density, phi, mode, self._hessian, hess, self._batched)
 
     def _potential_at(self, theta_start):
         return partial(self._programs["potential"], theta_start=theta_start)
@@ -453,15 +444,16 @@ class LaplaceNUTS(MCMCKernel):
         # the mode and its Hessian are all a draw needs: not the marginal's value or log-determinant
         return _search(self._log_density, phi, theta_start, self._tol(phi.dtype), self.inner_max_iter, self._hessian)
 
+    def _found(self, phi, theta_start):  # (mode, ok, hess, c(phi))
+        mode, ok, hess = self._mode(phi, theta_start)
+        return mode, ok, hess, self._correction(phi, mode, hess)
+
     def _state(self, hmc_state, theta_start, rng_key, found=None, rejected=None):
         """The chain's state at NUTS's point: the conditional mode there (``found``: already
         searched, ``(mode, ok, hess, correction)``), one draw of theta, the correction."""
         theta_index, phi_index = self._split
         phi = hmc_state.z
-        if found is None:
-            mode, ok, hess = self._mode(phi, theta_start)
-            found = (mode, ok, hess, self._correction(phi, mode, hess))
-        mode, ok, hess, correction = found
+        mode, ok, hess, correction = found if found is not None else self._found(phi, theta_start)
         rng_key, key = jax.random.split(rng_key)
         eps = jax.random.normal(key, mode.shape, mode.dtype)
         theta = mode + self._hessian.curvature(hess).inv_sqrt(eps)  # N(mode, H^-1)
@@ -482,8 +474,7 @@ class LaplaceNUTS(MCMCKernel):
             return self._state(proposed, state.theta_mode, state.rng_key)
         # delayed acceptance (module docstring): NUTS's move on the Laplace marginal is kept
         # with probability exp(c(phi') - c(phi)); a failed inner solve there is turned down
-        mode, ok, hess = self._mode(proposed.z, state.theta_mode)
-        correction = self._correction(proposed.z, mode, hess)
+        mode, ok, hess, correction = self._found(proposed.z, state.theta_mode)
         rng_key, key = jax.random.split(state.rng_key)
         log_u = jnp.log(jax.random.uniform(key, (), correction.dtype))
         accept = ok & jnp.isfinite(correction) & (log_u < correction - state.log_correction)
