@@ -112,7 +112,7 @@ REFERENCES = {200: dict(num_chains=4, num_warmup=1000, num_samples=2500, min_ess
               1000: dict(num_chains=1, num_warmup=400, num_samples=1200, min_ess=300, max_rhat=1.05)}
 """The long NUTS runs, cached in ``benchmarks/references/latent_gp_{n}.npz``: at n = 1000 a
 gradient costs tens of milliseconds here and a transition up to 2^7 of them, so one chain of
-400 + 1200 (an hour or more on two cores) is what a reference can afford, run in pieces that
+400 + 1200 (hours: 9 s an iteration on one core) is what a reference can afford, run in pieces that
 survive an interrupted session (:func:`_resumable_chain`); ESS above 300 puts its own W1/sd
 noise near 0.06 (R-hat of the split chain)."""
 
@@ -136,11 +136,10 @@ def _resumable_chain(path, x, y, num_warmup, num_samples, seed):
             pickle.dump((state, draws), f)
         os.replace(partial + ".tmp", partial)  # whole or not at all, if the session ends meanwhile
 
-    try:
-        with open(partial, "rb") as f:
-            state, draws = pickle.load(f)
-        state = jax.tree.map(jnp.asarray, state)
-    except (OSError, EOFError, pickle.UnpicklingError):  # none yet, or cut short by an older version
+    loaded = _load_partial(path)
+    if loaded is not None:
+        state, draws = jax.tree.map(jnp.asarray, loaded[0]), loaded[1]
+    else:
         mcmc.warmup(jax.random.PRNGKey(seed), x, y)
         state, draws = mcmc.post_warmup_state, {"amp": [], "ls": []}
         save(state, draws)
@@ -156,17 +155,25 @@ def _resumable_chain(path, x, y, num_warmup, num_samples, seed):
     return {k: np.concatenate(v)[None] for k, v in draws.items()}
 
 
+def _load_partial(path):
+    """``(sampler state, draws so far)`` of the reference at ``path``, or None: none yet, or
+    cut short by an older version."""
+    try:
+        with open(path + ".partial.pkl", "rb") as f:
+            return pickle.load(f)
+    except (OSError, EOFError, pickle.UnpicklingError):
+        return None
+
+
 def reference_progress(n) -> str:
     """How far the cached reference at ``n`` is: ``"cached"``, ``"k of N draws"`` or ``"not started"``."""
     path = os.path.join(REFERENCE_DIR, f"latent_gp_{n}.npz")
     if os.path.exists(path):
         return "cached"
-    try:
-        with open(path + ".partial.pkl", "rb") as f:
-            _, draws = pickle.load(f)
-        return f"{REFERENCE_PIECE * len(draws['amp'])} of {REFERENCES[n]['num_samples']} draws"
-    except (OSError, EOFError, pickle.UnpicklingError):
+    loaded = _load_partial(path)
+    if loaded is None:
         return "not started"
+    return f"{REFERENCE_PIECE * len(loaded[1]['amp'])} of {REFERENCES[n]['num_samples']} draws"
 
 
 def reference(n):

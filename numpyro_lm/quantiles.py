@@ -36,10 +36,10 @@ def _on_host(host_fn, *arrays):
         return np.asarray(out, dtype=dtype)
 
     if not any(isinstance(a, jax.core.Tracer) for a in arrays):
-        # concrete inputs (host-side work: nested Laplace's mixture draws) are computed here:
-        # an eager pure_callback hands its callback device arrays whose copy waits for XLA's
-        # thread pool, which runs the callback itself: with one thread (one core, or a
-        # process pinned to one) a million entries hung forever (tests/test_quantiles.py)
+        # concrete inputs (host-side work) are computed here, without a callback: a callback
+        # gets device copies of its arguments that wait on XLA's thread pool, which runs the
+        # callback itself; a test-suite process pinned to one core hung at 0 % CPU that way
+        # (in nested Laplace's mixture draws; not reproducible on demand)
         return jnp.asarray(call(*arrays))
     return jax.pure_callback(call, shape, *arrays, vmap_method="broadcast_all")
 
