@@ -1,6 +1,8 @@
 """numpyro_lm.laplace_nuts: NUTS over hyperparameters on the Laplace marginal of the latent
 field; exact where the latent field is Gaussian given the hyperparameters."""
 
+from functools import partial
+
 import arviz as az
 import jax
 import jax.numpy as jnp
@@ -10,7 +12,7 @@ import numpyro.distributions as dist
 import pytest
 from numpyro.infer import MCMC
 
-from numpyro_lm.laplace_nuts import LaplaceNUTS, conditional_mode, default_marginalized, laplace_marginal
+from numpyro_lm.laplace_nuts import LaplaceNUTS, default_marginalized
 from numpyro_lm.model import model_info
 
 Y = jnp.array([1.2, -0.4, 2.5, 0.9, 1.7, 0.1])
@@ -64,39 +66,6 @@ def test_chains_run_sequential_and_vectorized(chain_method):
     assert not np.allclose(s["mu"][0], s["mu"][1])  # two chains, not one copied
     mean, sd, _, _ = exact_posterior(Y)
     assert abs(float(s["mu"].mean()) - mean) < 0.4 * sd
-
-
-def poisson_hierarchy(y):
-    mu = numpyro.sample("mu", dist.Normal(0.0, 5.0))
-    with numpyro.plate("group", y.shape[0]):
-        theta = numpyro.sample("theta", dist.Normal(mu, 1.0))
-        numpyro.sample("y", dist.Poisson(jnp.exp(theta)), obs=y)
-
-
-@pytest.mark.parametrize("model, y", [
-    pytest.param(gaussian_hierarchy, Y, id="gaussian"),
-    pytest.param(poisson_hierarchy, jnp.array([0.0, 3.0, 1.0, 7.0]), id="poisson", marks=pytest.mark.slow),
-])
-def test_the_implicit_gradient_matches_finite_differences(x64, model, y):
-    # the Poisson conditional's Hessian moves with theta*: a stale one in the backward pass shows
-    info = model_info(model, (y,))
-    n = y.shape[0]
-
-    def log_density(theta, phi):
-        return info.log_density(jnp.concatenate([phi, theta]), (y,))
-
-    def marginal(phi):
-        return laplace_marginal(log_density, phi, jnp.zeros(n), 1e-10, 50)[0]
-
-    phi = jnp.array([0.7])
-    h = 1e-5
-    numeric = (marginal(phi + h) - marginal(phi - h)) / (2 * h)
-    np.testing.assert_allclose(jax.grad(marginal)(phi), numeric, rtol=1e-6)
-    mode = lambda p: conditional_mode(log_density, p, jnp.zeros(n), 1e-10, 50)[0]
-    numeric_mode = (mode(phi + h) - mode(phi - h)) / (2 * h)
-    np.testing.assert_allclose(jax.jacrev(mode)(phi)[:, 0], numeric_mode, rtol=1e-6)
-    if model is gaussian_hierarchy:  # theta* = (mu + y) / 2: d theta*/d mu = 1/2 exactly
-        np.testing.assert_allclose(jax.jacrev(mode)(phi)[:, 0], 0.5, rtol=1e-8)
 
 
 def test_the_default_split_and_refusals():
@@ -153,31 +122,6 @@ def test_no_mode_at_the_start_is_a_clear_error():
         MCMC(LaplaceNUTS(model), num_warmup=5, num_samples=5, progress_bar=False).run(jax.random.PRNGKey(0))
 
 
-@pytest.mark.slow  # 11 s on one core: runs where CI=true (Makefile)
-def test_the_arrowhead_inner_curvature_gives_the_dense_marginal_and_gradient():
-    from numpyro_lm.hessian import ArrowheadHessian, DenseHessian, plate_structure
-    from numpyro_lm.laplace_nuts import _joint, _split, inner_hessian, theta_layout
-
-    info = model_info(gaussian_hierarchy, (Y,))
-    layout = theta_layout(info.layout, {"theta"})
-    assert layout.size == 6 and layout.sites[0].offset == 0
-    assert isinstance(inner_hessian(layout), DenseHessian)  # 6 coordinates: below INNER_ARROWHEAD_MIN_DIM
-    arrowhead = ArrowheadHessian(plate_structure(layout))
-    assert isinstance(inner_hessian(layout, "arrowhead"), ArrowheadHessian)
-    theta_index, phi_index = _split(info.layout, {"theta"})
-
-    def log_density(theta, phi):
-        return info.log_density(_joint(theta, phi, theta_index, phi_index, info.size), (Y,))
-
-    values = {}
-    for name, hessian in (("dense", DenseHessian()), ("arrowhead", arrowhead)):
-        marginal = lambda p, h=hessian: laplace_marginal(log_density, p, jnp.zeros(6), 1e-4, 50, h)[0]
-        values[name] = (marginal(jnp.array([0.7])), jax.grad(marginal)(jnp.array([0.7])))
-    # the same numbers computed by two factorisations in float32
-    np.testing.assert_allclose(values["arrowhead"][0], values["dense"][0], rtol=1e-5)
-    np.testing.assert_allclose(values["arrowhead"][1], values["dense"][1], rtol=1e-4)
-
-
 def test_unknown_nuts_options_are_refused_by_name():
     with pytest.raises(TypeError, match="target_accept"):
         LaplaceNUTS(gaussian_hierarchy, target_accept=0.9)
@@ -185,7 +129,7 @@ def test_unknown_nuts_options_are_refused_by_name():
     with pytest.raises(ValueError, match="curvature"):
         LaplaceNUTS(gaussian_hierarchy, curvature="lowrank")
     with pytest.raises(ValueError, match="quadrature"):
-        LaplaceNUTS(gaussian_hierarchy, quadrature="trajectory")
+        LaplaceNUTS(gaussian_hierarchy, quadrature="delayed")
 
 
 def test_a_model_that_uses_its_data_in_numpy_runs():
@@ -267,12 +211,12 @@ def binary_pairs(group, num_groups, y=None):
         numpyro.sample("y", dist.Bernoulli(logits=0.3 + sigma * z[group]), obs=y)
 
 
-@pytest.mark.slow  # 45 s on one core: runs where CI=true (Makefile)
-def test_delayed_acceptance_samples_the_quadrature_corrected_marginal():
+@pytest.mark.slow  # 70 s on one core: runs where CI=true (Makefile)
+def test_both_quadratures_sample_the_corrected_marginal():
     """100 groups of 2 binary observations: Laplace alone puts sigma's posterior mean 18
-    standard errors low; NUTS on the Laplace marginal with the quadrature's correction as a
-    delayed-acceptance step (``quadrature="delayed"``) must match the exact marginal (a grid
-    over sigma of per-group integrals) within Monte Carlo error."""
+    standard errors low; NUTS on the Laplace marginal with the quadrature's correction, by
+    tilted delayed acceptance (default) or in its potential, must match the exact marginal (a
+    grid over sigma of per-group integrals) within Monte Carlo error."""
     rng = np.random.default_rng(0)
     group = np.repeat(np.arange(100), 2).astype(np.int32)
     y = (rng.uniform(size=200) < 1 / (1 + np.exp(-(0.3 + 1.5 * rng.normal(size=100)[group])))).astype(np.float32)
@@ -281,18 +225,43 @@ def test_delayed_acceptance_samples_the_quadrature_corrected_marginal():
     w = np.exp(log_post - log_post.max())
     exact_mean = np.sum(w * s) / np.sum(w)
     means = {}
-    for quadrature in ("delayed", False):
+    for quadrature in (True, "potential", False):
         mcmc = MCMC(LaplaceNUTS(binary_pairs, quadrature=quadrature), num_warmup=500, num_samples=2000,
                     progress_bar=False)
-        mcmc.run(jax.random.PRNGKey(1), group, 100, y=y, extra_fields=("correction_rejected",))
+        mcmc.run(jax.random.PRNGKey(1), group, 100, y=y, extra_fields=("correction_rejected", "tilt"))
         draws = np.asarray(mcmc.get_samples()["sigma"])
         se = draws.std() / np.sqrt(float(az.ess(draws[None])))  # Monte Carlo standard error of the mean
         means[quadrature] = (draws.mean(), se)
-        rejected = np.asarray(mcmc.get_extra_fields()["correction_rejected"])
-        assert rejected.any() == bool(quadrature)  # the step ran (and only with the quadrature)
-    (mean, se), (laplace_mean, laplace_se) = means["delayed"], means[False]
-    assert abs(mean - exact_mean) < 4 * se, (mean, exact_mean, se)  # 4 SE: a 1-in-15 000 false alarm
+        rejected, tilt = (np.asarray(mcmc.get_extra_fields()[k]) for k in ("correction_rejected", "tilt"))
+        if quadrature is True:  # the tilt took up the correction's slope, fixed for the draws
+            assert np.all(tilt != 0) and np.all(tilt == tilt[0]) and rejected.mean() < 0.05
+        else:
+            assert not tilt.any() and not rejected.any()
+    for quadrature in (True, "potential"):
+        mean, se = means[quadrature]
+        assert abs(mean - exact_mean) < 4 * se, (quadrature, mean, exact_mean, se)  # 4 SE: 1 in 15 000
+    laplace_mean, laplace_se = means[False]
     assert abs(laplace_mean - exact_mean) > 4 * laplace_se  # the test can fail: Laplace alone is off
+
+
+def test_a_new_tilt_moves_nuts_potential_and_gradient_with_it():
+    """Re-tilting mid-warm-up rewrites NUTS's cached potential and gradient; they must equal
+    the tilted potential's own at the point (a sign slip would bias the warm-up's moves)."""
+    rng = np.random.default_rng(0)
+    group = np.repeat(np.arange(40), 2).astype(np.int32)  # 40 groups: the arrowhead, scalar blocks
+    y = (rng.uniform(size=80) < 0.5).astype(np.float32)
+    kernel = LaplaceNUTS(binary_pairs)
+    state = kernel.init(jax.random.PRNGKey(0), 10, None, (group, 40), {"y": y})
+    potential = lambda phi, tilt: kernel._programs["potential"](phi, state.theta_mode, tilt)  # noqa: E731
+    untilted = jnp.zeros_like(state.tilt)  # NUTS's state as it would be under no tilt
+    z = state.hmc.z
+    state = state._replace(tilt=untilted, hmc=state.hmc._replace(potential_energy=potential(z, untilted),
+                                                                 z_grad=jax.grad(potential)(z, untilted)))
+    tilt, hmc_state = kernel._retilted(state)
+    assert np.all(np.asarray(tilt) != 0)
+    potential = partial(potential, tilt=tilt)
+    np.testing.assert_allclose(hmc_state.potential_energy, potential(hmc_state.z), rtol=1e-5)
+    np.testing.assert_allclose(hmc_state.z_grad, jax.grad(potential)(hmc_state.z), rtol=1e-4, atol=1e-4)
 
 
 def whitened_field(x, y=None):
