@@ -15,10 +15,11 @@ and multivariate-normal latents integrated out; the rest sampled), the same for 
 Methods, each run twice on the same data ("cold": the first call, compilation included;
 "warm": the second):
 
-- ``NUTS``: NumPyro NUTS on the model as written, 1 chain, 500 warm-up + 500 draws;
+- ``NUTS``: NumPyro NUTS on the model as written, 1 chain, 500 warm-up + 1000 draws (500 on the
+  GLMMs, as issue 23 times them);
 - ``LaplaceNUTS``: ``MCMC(LaplaceNUTS(model))``, the same numbers;
 - ``blackjax``: ``blackjax.laplace_hmc`` (1.7) on the same ``log p(theta, phi)`` (the
-  package's LM-basis density), window adaptation over 500 steps, then 500 draws of 10
+  package's LM-basis density), window adaptation over 500 steps, then as many draws of 10
   leapfrog steps; its ``theta`` is not drawn, so only the hyperparameters are scored;
 - ``LM``: ``LaplaceMatching(model)`` (the auto-pilot), 1000 draws.
 
@@ -58,7 +59,8 @@ MODELS = ("eight_schools_noncentered", "eight_schools_centered", "hierarchical_n
 REFERENCE_MAX_GROUPS = 1000  # GLMMs above this many groups are scored without a reference
 BLACKJAX_MAX_FIELD = 200  # field coordinates up to which blackjax's dense inner Hessian is run
 REFERENCE_WARMUP, REFERENCE_DRAWS = 1000, 4000
-NUM_WARMUP, NUM_SAMPLES, LEAPFROG_STEPS = 500, 500, 10  # the issue's 1 chain of 500 + 500
+NUM_WARMUP, NUM_SAMPLES, LEAPFROG_STEPS = 500, 1000, 10
+GLMM_SAMPLES = 500  # the GLMMs: the issue's 1 chain of 500 + 500, NUTS's time against LaplaceNUTS's
 
 
 def _split_sites(model, args, kwargs):
@@ -81,8 +83,8 @@ def _min_ess(draws, hyper):
     return min(ess)
 
 
-def _mcmc(kernel, args, kwargs):
-    mcmc = MCMC(kernel, num_warmup=NUM_WARMUP, num_samples=NUM_SAMPLES, progress_bar=False)
+def _mcmc(kernel, args, kwargs, num_samples):
+    mcmc = MCMC(kernel, num_warmup=NUM_WARMUP, num_samples=num_samples, progress_bar=False)
     seconds = []
     for seed in range(2):
         start = time.perf_counter()
@@ -92,7 +94,7 @@ def _mcmc(kernel, args, kwargs):
     return {k: np.asarray(v) for k, v in draws.items()}, seconds
 
 
-def _blackjax(info, theta_sites, args, kwargs):
+def _blackjax(info, theta_sites, args, kwargs, num_samples):
     import blackjax
     from blackjax.mcmc.laplace_marginal import laplace_marginal_factory
 
@@ -115,7 +117,7 @@ def _blackjax(info, theta_sites, args, kwargs):
                 s, _ = kernel(k, s, laplace, params["step_size"], params["inverse_mass_matrix"], LEAPFROG_STEPS)
                 return s, (s.position, s.theta_star)
 
-            return jax.lax.scan(body, state, jax.random.split(key, NUM_SAMPLES))[1]
+            return jax.lax.scan(body, state, jax.random.split(key, num_samples))[1]
 
         phi, theta_star = jax.block_until_ready(chain(state, jax.random.PRNGKey(100 + seed)))
         seconds.append(time.perf_counter() - start)
@@ -153,16 +155,17 @@ def run_model(name):
     model, args, kwargs, reference = _problem(name)
     info, theta, hyper = _split_sites(model, args, kwargs)
     field_size = sum(info.layout.site(n).size for n in theta)
+    num_samples = GLMM_SAMPLES if name.startswith("glmm") else NUM_SAMPLES
     rows = []
     for method in ("NUTS", "LaplaceNUTS", "blackjax", "LM"):
         if method == "blackjax" and field_size > BLACKJAX_MAX_FIELD:
             continue
         if method == "NUTS":
-            draws, seconds = _mcmc(NUTS(model), args, kwargs)
+            draws, seconds = _mcmc(NUTS(model), args, kwargs, num_samples)
         elif method == "LaplaceNUTS":
-            draws, seconds = _mcmc(LaplaceNUTS(model), args, kwargs)
+            draws, seconds = _mcmc(LaplaceNUTS(model), args, kwargs, num_samples)
         elif method == "blackjax":
-            draws, seconds = _blackjax(info, theta, args, kwargs)
+            draws, seconds = _blackjax(info, theta, args, kwargs, num_samples)
         else:
             draws, seconds = _lm(model, args, kwargs)
         hyper_w1, field_w1 = _scores(draws, reference, hyper, theta if method != "blackjax" else ())
@@ -199,7 +202,7 @@ def _seconds(t):
 
 def main():
     rows = [row for name in MODELS for row in run_model(name)]
-    lines = [environment() + f". MCMC methods: 1 chain, {NUM_WARMUP} warm-up + {NUM_SAMPLES} draws; blackjax "
+    lines = [environment() + f". MCMC methods: 1 chain, {NUM_WARMUP} warm-up + {NUM_SAMPLES} draws ({GLMM_SAMPLES} on the GLMMs); blackjax "
              f"laplace_hmc {LEAPFROG_STEPS} leapfrog steps after window adaptation; LM: the default call. W1/sd: "
              "worst over coordinates, against the long-NUTS reference; ESS/s: smallest bulk ESS of a hyperparameter "
              "coordinate per warm second.", "",

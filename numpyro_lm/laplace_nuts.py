@@ -304,7 +304,9 @@ class LaplaceNUTS(MCMCKernel):
             self._theta0 = theta0
         init_kernel, _ = self._kernels
         self._num_warmup = num_warmup
-        tilt = self._programs["tilt"](phi0, theta0) if self._delayed() else jnp.zeros_like(phi0)
+        tilt = jnp.zeros_like(phi0)
+        if self._delayed():  # any finite tilt keeps the target exact; a failed search's gradient is not one
+            tilt = _finite_or(self._programs["tilt"](phi0, theta0), tilt)
         state = init_kernel(phi0, num_warmup, model_args=(theta0, tilt), rng_key=key_nuts, **self.nuts_kwargs)
         return self._programs["state"](state, theta0, key_draw, tilt)
 
@@ -392,7 +394,7 @@ class LaplaceNUTS(MCMCKernel):
         """``(g, NUTS's state)``: the correction's gradient at the chain's point, and NUTS's
         potential and its gradient there moved from the old tilt to it (NUTS's potential is
         the Laplace marginal's minus ``tilt . phi``)."""
-        tilt = jax.grad(self._correction_at)(state.hmc.z, state.theta_mode)
+        tilt = _finite_or(jax.grad(self._correction_at)(state.hmc.z, state.theta_mode), state.tilt)
         shift = state.tilt - tilt
         hmc_state = state.hmc._replace(potential_energy=state.hmc.potential_energy + jnp.dot(shift, state.hmc.z),
                                        z_grad=state.hmc.z_grad + shift)
@@ -409,3 +411,9 @@ class LaplaceNUTS(MCMCKernel):
     def get_diagnostics_str(self, state):
         return "{} steps of size {:.2e}. acc. prob={:.2f}".format(
             state.hmc.num_steps, state.hmc.adapt_state.step_size, state.hmc.mean_accept_prob)
+
+
+def _finite_or(tilt, fallback):
+    """``tilt`` where every entry is finite, else ``fallback`` (the delayed acceptance stays exact
+    for any finite tilt; a gradient through an inner search that failed is not one)."""
+    return jnp.where(jnp.all(jnp.isfinite(tilt)), tilt, fallback)
