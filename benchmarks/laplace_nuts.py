@@ -202,7 +202,8 @@ def _seconds(t):
 
 def main():
     rows = [row for name in MODELS for row in run_model(name)]
-    lines = [environment() + f". MCMC methods: 1 chain, {NUM_WARMUP} warm-up + {NUM_SAMPLES} draws ({GLMM_SAMPLES} on the GLMMs); blackjax "
+    lines = [environment() + f". MCMC methods: 1 chain, {NUM_WARMUP} warm-up + {NUM_SAMPLES} draws "
+             f"({GLMM_SAMPLES} on the GLMMs); blackjax "
              f"laplace_hmc {LEAPFROG_STEPS} leapfrog steps after window adaptation; LM: the default call. W1/sd: "
              "worst over coordinates, against the long-NUTS reference; ESS/s: smallest bulk ESS of a hyperparameter "
              "coordinate per warm second.", "",
