@@ -195,7 +195,7 @@ class ArrowheadHessian(NamedTuple):
 
     structure: PlateStructure
     check: bool = True  # the random probe of the structure at each evaluation (off where checked once already)
-    value_first: bool = True  # rejected trials cost one evaluation of fn, accepted ones one more (optimize.newton_iteration)
+    value_first: bool = True  # a rejected trial costs fn alone, an accepted one fn more (optimize.newton_iteration)
     structure_final = True  # entries that interact do so at every point: a failed check ends the search
 
     def _probes(self, dtype):
@@ -288,7 +288,7 @@ class LowRankHessian(NamedTuple):
     rank: int
     prior: Optional[Callable] = None
     numerical: bool = False  # rank below the observed numbers (lowrank_rank): the likelihood's spectrum decides
-    value_first: bool = True  # rejected trials cost one evaluation of fn, accepted ones one more (optimize.newton_iteration)
+    value_first: bool = True  # a rejected trial costs fn alone, an accepted one fn more (optimize.newton_iteration)
 
     @property
     def structure_final(self) -> bool:

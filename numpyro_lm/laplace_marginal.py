@@ -40,8 +40,8 @@ from .nested.inner import scalar_blocks
 from .nested.quadrature import block_quadrature_correction
 from .trace import Layout
 
-__all__ = ["conditional_mode", "mode_search", "laplace_marginal", "quadrature_correction", "theta_layout", "inner_hessian",
-           "INNER_CURVATURES"]
+__all__ = ["conditional_mode", "mode_search", "laplace_marginal", "quadrature_correction", "theta_layout",
+           "inner_hessian", "INNER_CURVATURES"]
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(0, 3, 4, 5))
