@@ -332,7 +332,8 @@ class LaplaceNUTS(MCMCKernel):
 
     def _mode(self, phi, theta_start):
         # the mode and its Hessian are all a draw needs: not the marginal's value or log-determinant
-        return mode_search(self._log_density, phi, theta_start, self._tol(phi.dtype), self.inner_max_iter, self._hessian)
+        return mode_search(self._log_density, phi, theta_start, self._tol(phi.dtype), self.inner_max_iter,
+                           self._hessian)
 
     def _correction_at(self, phi, theta_start):
         r""":math:`c(\phi)` with its inner search, differentiable in :math:`\phi` (for the tilt)."""
