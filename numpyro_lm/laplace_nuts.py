@@ -340,7 +340,7 @@ class LaplaceNUTS(MCMCKernel):
         theta, _ = conditional_mode(self._log_density, phi, theta_start, self._tol(phi.dtype), self.inner_max_iter,
                                     self._hessian)
         _, _, hess, _ = self._hessian.evaluate(lambda t: -self._log_density(t, phi), theta)
-        return quadrature_correction(self._log_density, phi, theta, self._hessian, hess, self._batched)
+        return self._correction(phi, theta, hess)
 
     def _found(self, phi, theta_start):  # (mode, ok, hess, c(phi))
         mode, ok, hess = self._mode(phi, theta_start)
