@@ -25,6 +25,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from numpyro.distributions.distribution import validation_enabled
 from numpyro.infer import init_to_sample
 
 from .programs import program
@@ -109,8 +110,11 @@ def _constrained(info, flat, found, args, kwargs) -> dict:
     for name, i, _, med in found:
         at_median[info.layout.site(name).offset + i] = med
     dtype = jnp.result_type(float)
-    here = info.constrain(jnp.asarray(flat, dtype), args, kwargs)
-    there = info.constrain(jnp.asarray(at_median, dtype), args, kwargs)
+    # the point is where a search failed: the model's own sites may be NaN there (a kernel's
+    # Cholesky at an exploded amplitude), which numpyro's validation would raise on
+    with validation_enabled(False):
+        here = info.constrain(jnp.asarray(flat, dtype), args, kwargs)
+        there = info.constrain(jnp.asarray(at_median, dtype), args, kwargs)
     return {(name, i): (float(np.ravel(here[name])[i]), float(np.ravel(there[name])[i])) for name, i, *_ in found}
 
 

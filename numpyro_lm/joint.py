@@ -222,7 +222,10 @@ def _check(result: JointResult, fetched, on_failure: str):
         try:
             check_fit(layout, result.checks(fetched)[0], result.state.curvature)
         except ValueError as error:  # where the search ran off to the boundary, say so and what to do
-            found = boundary_hyperparameters(result.info, result.state.mode, result.args, result.kwargs)
+            try:
+                found = boundary_hyperparameters(result.info, result.state.mode, result.args, result.kwargs)
+            except Exception:  # noqa: BLE001 - naming the boundary must never hide the fit's own error
+                found = []
             if not found:
                 raise
             raise type(error)(f"{error} {boundary_message(found)}") from error

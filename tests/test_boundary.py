@@ -68,6 +68,23 @@ def test_boundary_hyperparameters_far_out_in_the_prior(log_tau, flagged):
         assert "tau = " in message and 'hyper="auto"' in message and "LaplaceNUTS" in message
 
 
+def test_boundary_is_named_where_the_model_itself_is_nan():
+    """Where a failed search stopped, the model's own sites can be NaN (a kernel's Cholesky at an
+    exploded amplitude): naming the boundary must not raise numpyro's validation error instead."""
+    def breaks_far_out(y):
+        tau = numpyro.sample("tau", dist.LogNormal(0.0, 1.0))
+        with numpyro.plate("groups", y.shape[0]):
+            theta = numpyro.sample("theta", dist.Normal(0.0, tau))
+            numpyro.sample("y", dist.Bernoulli(logits=theta * jnp.sqrt(1.0 - tau)), obs=y)  # NaN for tau > 1
+
+    y = jnp.array([1.0, 0.0, 1.0])
+    info = model_info(breaks_far_out, (y,))
+    flat = np.zeros(info.size, np.float32)
+    flat[info.layout.site("tau").offset] = 6.0  # tau = e^6: six prior SDs out, logits NaN
+    (found,) = boundary_hyperparameters(info, flat, (y,))
+    assert found.site == "tau" and abs(found.value - np.exp(6.0)) < 1e-3 * np.exp(6.0)
+
+
 def test_no_hyperparameters_nothing_flagged():
     def regression(x, y):
         w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
