@@ -20,7 +20,7 @@ do the same for a hand-written ``log_joint(theta, phi)``; here any NumPyro model
 
 Where the field is one scalar per plate entry given :math:`\phi` (a random intercept per
 group), each entry's integral can be taken by adaptive Gauss-Hermite quadrature about its mode
-(:func:`~numpyro_lm.nested.quadrature.block_quadrature_correction`, nine model gradients):
+(:func:`~numpyro_lm.nested.quadrature.block_quadrature_correction`, 25 model gradients):
 Laplace underestimates a binary group's spread and with it the variance component (Breslow
 and Lin 1995; lme4's ``glmer(nAGQ=)``); :func:`quadrature_correction` is the log of the ratio,
 :math:`c(\phi)`. :class:`~numpyro_lm.laplace_nuts.LaplaceNUTS` samples from these.
@@ -133,7 +133,7 @@ def theta_layout(layout, theta_sites) -> Layout:
 
 INNER_CURVATURES = ("auto", "dense", "arrowhead")
 QUADRATURE_BATCH_MAX = 2**22
-"""Numbers (latent and observed, times :data:`~numpyro_lm.nested.quadrature.GH_NODES`) up to
+"""Numbers (latent and observed, times :data:`~numpyro_lm.nested.quadrature.SLOPE_POINTS`) up to
 which the quadrature's gradients run at once (``vmap``): about 0.1 GB of a model's
 intermediates in float32; above, one after another."""
 INNER_ARROWHEAD_MIN_DIM = 32

@@ -7,8 +7,8 @@ implicit gradient), and each of its draws gets one draw of :math:`\theta`.
 Where the field is one scalar per plate entry given :math:`\phi` (a random intercept per
 group), the target is the Gauss-Hermite-corrected marginal
 :math:`\tilde p_L(\phi \mid y)\,e^{c(\phi)}` (:func:`~numpyro_lm.laplace_marginal.quadrature_correction`):
-Laplace alone puts a binary GLMM's variance component low. The correction costs nine model
-gradients, six times a Laplace gradient; taken at every leapfrog step
+Laplace alone puts a binary GLMM's variance component low. The correction costs 25 model
+gradients (:data:`~numpyro_lm.nested.quadrature.SLOPE_POINTS`); taken at every leapfrog step
 (``quadrature="potential"``) it doubles a 1000-group GLMM's time. The default reaches the same
 target by *delayed acceptance* (Christen and Fox 2005) with a *tilt*: NUTS moves on
 :math:`\tilde p_L(\phi)\,e^{g^\top\phi}`, with :math:`g` the correction's gradient at a recent
@@ -57,7 +57,7 @@ from .laplace_marginal import (INNER_CURVATURES, QUADRATURE_BATCH_MAX, condition
                                laplace_marginal, mode_search, quadrature_correction, theta_layout)
 from .model import model_info
 from .nested.inner import scalar_blocks
-from .nested.quadrature import GH_NODES
+from .nested.quadrature import SLOPE_POINTS
 from .optimize import default_tol
 from .static_data import static_where_needed
 from .trace import site_values
@@ -132,9 +132,9 @@ class LaplaceNUTS(MCMCKernel):
         hyperparameters (a random intercept per group: the arrowhead with scalar blocks), each
         entry's integral by adaptive Gauss-Hermite quadrature (lme4's ``nAGQ``): Laplace
         underestimates the spread of a binary group's integral and with it the variance
-        component (Breslow and Lin 1995). ``True`` (default): by tilted delayed acceptance, nine
+        component (Breslow and Lin 1995). ``True`` (default): by tilted delayed acceptance, 25
         model gradients an iteration (module docstring); ``"potential"``: the same target in
-        NUTS's potential, nine gradients and their derivative per leapfrog step; ``False``:
+        NUTS's potential, 25 gradients and their derivative per leapfrog step; ``False``:
         Laplace alone.
     :param init_strategy: a NumPyro init strategy for the first point (default
         ``init_to_median``: the prior's medians, where the latent field's conditional mode
@@ -208,7 +208,7 @@ class LaplaceNUTS(MCMCKernel):
         self._info, self._theta_sites, self._args, self._raw = info, set(theta_sites), (model_args, model_kwargs), raw
         self._split = _split(info.layout, self._theta_sites)
         self._hessian = inner_hessian(theta_layout(info.layout, self._theta_sites), self.curvature)
-        self._batched = GH_NODES * (info.layout.size + info.layout.observed_size) <= QUADRATURE_BATCH_MAX
+        self._batched = SLOPE_POINTS * (info.layout.size + info.layout.observed_size) <= QUADRATURE_BATCH_MAX
 
     def _log_density(self, theta, phi):
         # by site, not scattered into one flat vector: the inner Hessian in theta then carries no

@@ -21,11 +21,16 @@ added to :math:`\log\tilde p(\theta \mid y)` at the joint conditional mode (the 
 theirs). The model gives only the sum :math:`\sum_j f_j`; its *gradient* separates (block
 :math:`j`'s coordinate sees only :math:`f_j`), so one gradient at
 :math:`\hat z + \sqrt2\,s\,x_k` (every block moved to its own node :math:`k` at once) gives
-every block's slope :math:`h_j(x_k) = \sqrt2 s_j\,\partial_{z_j}\log p` there. The slope's
-polynomial interpolant through the :math:`K` nodes and :math:`h_j'(0) = -2` (the curvature
-that set :math:`s_j`) is integrated exactly: :math:`\varphi_j(\sqrt2 s_j x_k) =
-\int_0^{x_k} h_j`. ``GH_NODES`` gradients of the model whatever ``J``; on binary groups of
-five observations the corrected integral is 3e-5 nats from the exact one, Laplace's 0.1.
+every block's slope :math:`h_j(x) = \sqrt2 s_j\,\partial_{z_j}\log p` there. The values at the
+nodes are the slope's integrals, :math:`\varphi_j(\sqrt2 s_j x_k) = \int_0^{x_k} h_j`, taken
+segment by segment between neighbouring nodes with 4-point Gauss-Lobatto (the nodes' own slopes
+and two inside each segment: exact for quintic slopes). A single polynomial through the nodes'
+slopes, tried first, is exact for smooth blocks but not robust: where a large variance component
+makes a group's likelihood a step (binary groups, sigma > 5) it overshoots by up to ten nats a
+group, and a sampler on the corrected marginal runs off to sigma ~ 25. Piecewise, the error stays
+within 1e-4 nats of the rule with the exact values (both measured on binary groups of two to five
+observations, sigma 0.5-30). ``SLOPE_POINTS`` gradients of the model whatever ``J``; on binary
+groups of five observations the corrected integral is 3e-5 nats from the exact one, Laplace's 0.1.
 """
 
 from __future__ import annotations
@@ -37,20 +42,33 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["GH_NODES", "block_quadrature_correction"]
+__all__ = ["GH_NODES", "SLOPE_POINTS", "block_quadrature_correction"]
 
 GH_NODES = 9
-"""Gauss-Hermite nodes per block (the gradients of the model the correction costs)."""
+"""Gauss-Hermite nodes per block."""
+SLOPE_POINTS = 3 * GH_NODES - 2
+"""Gradients of the model the correction costs: the nodes' and two inside each segment."""
 
 
-def _increments(num_nodes: int):
-    """``(nodes, weights, M)``: Gauss-Hermite nodes and weights, and the ``(K, K + 1)`` map
-    from the slopes ``h(x_k)`` and ``h'(0)`` to :math:`\\int_0^{x_k} h` of their interpolating
-    polynomial (degree ``K``)."""
-    nodes, weights = np.polynomial.hermite.hermgauss(num_nodes)
-    conditions = np.vstack([np.vander(nodes, num_nodes + 1, increasing=True), np.eye(1, num_nodes + 1, 1)])
-    integrals = np.vander(nodes, num_nodes + 2, increasing=True)[:, 1:] / np.arange(1, num_nodes + 2)
-    return nodes, weights, integrals @ np.linalg.inv(conditions)
+def _lobatto_increments(num_nodes: int):
+    """``(nodes, weights, points, M)``: Gauss-Hermite nodes and weights, the points where the
+    slopes are taken (the nodes, then two inside each segment between neighbours), and the
+    ``(K, P)`` map from the slopes there to :math:`\\int_0^{x_k} h`: 4-point Gauss-Lobatto on
+    each segment (abscissae :math:`\\pm1, \\pm1/\\sqrt5`, weights 1/6, 5/6), summed from the
+    middle node (x = 0, the mode: ``num_nodes`` odd) outwards."""
+    nodes, weights = np.polynomial.hermite.hermgauss(num_nodes)  # ascending
+    mid, half = (nodes[1:] + nodes[:-1]) / 2, (nodes[1:] - nodes[:-1]) / 2
+    inner = np.array([-1.0, 1.0]) / math.sqrt(5.0)
+    points = np.concatenate([nodes, (mid[:, None] + half[:, None] * inner).ravel()])
+    segment = np.zeros((num_nodes - 1, points.size))  # each segment's integral of the slope
+    for i in range(num_nodes - 1):
+        segment[i, [i, i + 1]] = half[i] / 6
+        segment[i, num_nodes + 2 * i:num_nodes + 2 * i + 2] = 5 * half[i] / 6
+    centre = num_nodes // 2
+    increments = np.zeros((num_nodes, points.size))
+    for k in range(num_nodes):
+        increments[k] = segment[centre:k].sum(0) if k > centre else -segment[k:centre].sum(0)
+    return nodes, weights, points, increments
 
 
 def block_quadrature_correction(log_density: Callable, x, local_index, precision, batched: bool = False):
@@ -59,19 +77,17 @@ def block_quadrature_correction(log_density: Callable, x, local_index, precision
     :param log_density: the log density of the flat vector ``x`` (hyperparameters fixed).
     :param local_index: ``(J,)`` the local coordinates, one per block.
     :param precision: ``(J,)`` their conditional precisions :math:`A_j` (the curvature's local blocks).
-    :param batched: the ``GH_NODES`` gradients at once (``vmap``: ``GH_NODES`` copies of the
-        model's intermediates, kept for the derivative) instead of one after another,
-        recomputed when differentiated (``lax.map`` of ``checkpoint``: one copy). On a GLMM
-        with 2 10^4 observations the derivative costs 1.1 ms batched against 1.9 ms.
+    :param batched: the ``SLOPE_POINTS`` gradients at once (``vmap``: ``SLOPE_POINTS`` copies
+        of the model's intermediates, kept for the derivative) instead of one after another,
+        recomputed when differentiated (``lax.map`` of ``checkpoint``: one copy).
     """
-    nodes, weights, to_increments = _increments(GH_NODES)
+    nodes, weights, points, to_increments = _lobatto_increments(GH_NODES)
     scale = math.sqrt(2.0) / jnp.sqrt(precision)  # sqrt(2) s_j
     grad = jax.grad(log_density)
-    slope = lambda node: grad(x.at[local_index].add(node * scale))[local_index] * scale  # noqa: E731
-    nodes_x = jnp.asarray(nodes, x.dtype)
-    slopes = jax.vmap(slope)(nodes_x) if batched else jax.lax.map(jax.checkpoint(slope), nodes_x)  # (K, J)
-    known = jnp.full((1, local_index.shape[0]), -2.0, x.dtype)  # h'(0) = 2 s^2 f'' = -2
-    phi = jnp.asarray(to_increments, x.dtype) @ jnp.concatenate([slopes, known])
+    slope = lambda point: grad(x.at[local_index].add(point * scale))[local_index] * scale  # noqa: E731
+    points_x = jnp.asarray(points, x.dtype)
+    slopes = jax.vmap(slope)(points_x) if batched else jax.lax.map(jax.checkpoint(slope), points_x)  # (P, J)
+    phi = jnp.asarray(to_increments, x.dtype) @ slopes
     terms = jnp.asarray(np.log(weights) + nodes**2 - 0.5 * np.log(np.pi), x.dtype)[:, None] + phi
     correction = jnp.sum(jax.scipy.special.logsumexp(terms, axis=0))
     return jnp.where(jnp.isfinite(correction), correction, 0.0)
