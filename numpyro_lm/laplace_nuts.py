@@ -53,8 +53,8 @@ from numpyro.infer.mcmc import MCMCKernel
 from numpyro.util import is_prng_key
 
 from .hessian import DenseHessian, structure_tol
-from .laplace_marginal import (INNER_CURVATURES, QUADRATURE_BATCH_MAX, conditional_mode, inner_hessian,
-                               laplace_marginal, mode_search, quadrature_correction, theta_layout)
+from .laplace_marginal import (INNER_CURVATURES, QUADRATURE_BATCH_MAX, inner_hessian, laplace_marginal, mode_search,
+                               quadrature_correction, settled_mode, theta_layout)
 from .model import model_info
 from .nested.inner import scalar_blocks
 from .nested.quadrature import SLOPE_POINTS
@@ -68,7 +68,8 @@ __all__ = ["LaplaceNUTS", "LaplaceNUTSState", "default_marginalized"]
 class LaplaceNUTSState(NamedTuple):
     r"""``z``: every latent coordinate (``phi`` from NUTS, ``theta`` drawn given it), flat, in
     the LM bases; ``hmc``: NUTS's state over ``phi``; ``theta_mode``: the conditional mode at
-    ``phi``; ``inner_failed``: its Newton solve did not converge or found no mode;
+    ``phi``; ``theta_hess``: the inner Hessian there (the strategy's, :mod:`numpyro_lm.hessian`);
+    ``inner_failed``: its Newton solve did not converge or found no mode;
     ``diverging``, ``num_steps`` as NUTS reports them; ``rng_key`` for the draws of theta;
     ``log_correction``, ``correction_rejected``, ``tilt``: delayed acceptance's :math:`c(\phi)`,
     verdict and :math:`g` (module docstring)."""
@@ -76,6 +77,7 @@ class LaplaceNUTSState(NamedTuple):
     z: jnp.ndarray
     hmc: object
     theta_mode: jnp.ndarray
+    theta_hess: object
     inner_failed: jnp.ndarray
     diverging: jnp.ndarray
     num_steps: jnp.ndarray
@@ -335,10 +337,10 @@ class LaplaceNUTS(MCMCKernel):
         return mode_search(self._log_density, phi, theta_start, self._tol(phi.dtype), self.inner_max_iter,
                            self._hessian)
 
-    def _correction_at(self, phi, theta_start):
-        r""":math:`c(\phi)` with its inner search, differentiable in :math:`\phi` (for the tilt)."""
-        theta, _ = conditional_mode(self._log_density, phi, theta_start, self._tol(phi.dtype), self.inner_max_iter,
-                                    self._hessian)
+    def _correction_at(self, phi, theta_mode):
+        r""":math:`c(\phi)` at the conditional mode ``theta_mode`` found already (the chain's),
+        differentiable in :math:`\phi` through it (for the tilt; no Newton loop compiled)."""
+        theta = settled_mode(self._log_density, phi, theta_mode, self._hessian)
         _, _, hess, _ = self._hessian.evaluate(lambda t: -self._log_density(t, phi), theta)
         return self._correction(phi, theta, hess)
 
@@ -359,7 +361,7 @@ class LaplaceNUTS(MCMCKernel):
         # a failed solve at a kept point (it cannot be one: its potential is infinite) keeps the last start
         mode = jnp.where(ok, mode, theta_start)
         rejected = jnp.zeros((), bool) if rejected is None else rejected
-        return LaplaceNUTSState(z, hmc_state, mode, ~ok, hmc_state.diverging, hmc_state.num_steps, rng_key,
+        return LaplaceNUTSState(z, hmc_state, mode, hess, ~ok, hmc_state.diverging, hmc_state.num_steps, rng_key,
                                 correction, rejected, tilt)
 
     def sample(self, state, model_args, model_kwargs):
@@ -387,8 +389,9 @@ class LaplaceNUTS(MCMCKernel):
         hmc_state = proposed._replace(
             z=jnp.where(accept, proposed.z, old.z), z_grad=jnp.where(accept, proposed.z_grad, old.z_grad),
             potential_energy=jnp.where(accept, proposed.potential_energy, old.potential_energy))
+        # turned down, the chain stays where its state's mode and Hessian are: no second search
         found = jax.lax.cond(accept, lambda: (mode, ok, hess, correction),
-                             lambda: (*self._mode(old.z, state.theta_mode), state.log_correction))
+                             lambda: (state.theta_mode, jnp.ones((), bool), state.theta_hess, state.log_correction))
         return self._state(hmc_state, state.theta_mode, rng_key, tilt, found, ~accept)
 
     def _retilted(self, state):

@@ -9,7 +9,9 @@ import numpyro.distributions as dist
 import pytest
 from test_laplace_nuts import Y, gaussian_hierarchy
 
-from numpyro_lm.laplace_marginal import conditional_mode, inner_hessian, laplace_marginal, theta_layout
+from numpyro_lm.laplace_marginal import (_newton_predicted, conditional_mode, inner_hessian, laplace_marginal,
+                                        settled_mode, theta_layout)
+from numpyro_lm.optimize import newton, newton_init
 from numpyro_lm.model import model_info
 
 
@@ -44,6 +46,45 @@ def test_the_implicit_gradient_matches_finite_differences(x64, model, y):
     np.testing.assert_allclose(jax.jacrev(mode)(phi)[:, 0], numeric_mode, rtol=1e-6)
     if model is gaussian_hierarchy:  # theta* = (mu + y) / 2: d theta*/d mu = 1/2 exactly
         np.testing.assert_allclose(jax.jacrev(mode)(phi)[:, 0], 0.5, rtol=1e-8)
+    # a mode found already (a chain's state keeps it): the same derivative with no search
+    settled = lambda p: settled_mode(log_density, p, mode(phi))  # noqa: E731
+    np.testing.assert_allclose(jax.jacrev(settled)(phi)[:, 0], numeric_mode, rtol=1e-6)
+
+
+def logistic_groups(theta, phi):
+    """20 logistic groups of 10 observations, intercept phi[0] and scale exp(phi[1])."""
+    rng = np.random.default_rng(0)
+    y = jnp.asarray(rng.uniform(size=(20, 10)) < 0.4, jnp.float32)
+    eta = phi[0] + jnp.exp(phi[1]) * theta[:, None]
+    return jnp.sum(y * eta - jnp.logaddexp(0.0, eta)) - 0.5 * jnp.sum(theta**2)
+
+
+def test_an_unverified_last_newton_step_saves_an_evaluation_and_lands_within_tol():
+    """From the mode at nearby hyperparameters (a leapfrog step away) Newton needs three
+    evaluations to certify the mode; predicted from the last two decrements, the third step
+    lands within tol without its evaluation. laplace_marginal verifies it where it evaluates
+    the model anyway: its value and gradient are those of the certified mode's."""
+    from numpyro_lm.hessian import DenseHessian
+
+    tol, phi0 = 1e-3, jnp.array([-0.4, 0.0])
+    fn0 = lambda t: -logistic_groups(t, phi0)  # noqa: E731
+    start = newton(fn0, newton_init(jnp.zeros(20)), tol, 50).x
+    phi = phi0 + jnp.array([0.1, 0.1])
+    fn = lambda t: -logistic_groups(t, phi)  # noqa: E731
+    full = newton(fn, newton_init(start), tol, 50)
+    early, stopped = _newton_predicted(fn, start, tol, 50, DenseHessian())
+    assert bool(stopped) and int(early.num_iter) == int(full.num_iter) - 1 == 2
+    theta = early.x + early.step
+    grad = jax.grad(fn)(theta)
+    decrement = float(jnp.sqrt(grad @ jnp.linalg.solve(jax.hessian(fn)(theta), grad)))
+    assert decrement <= tol  # the prediction held: the unverified step is within tol posterior SDs
+    verified = lambda p: laplace_marginal(logistic_groups, p, start, tol, 50)  # noqa: E731
+    value, mode, _, ok = verified(phi)
+    assert bool(ok) and np.abs(np.asarray(mode - full.x)).max() < 1e-4
+    exact = -fn(full.x) + 10 * np.log(2 * np.pi) - 0.5 * jnp.linalg.slogdet(jax.hessian(fn)(full.x))[1]
+    # float32 values of ~130 nats: the two differ by rounding and the decrement^2 / 2 < 5e-7
+    assert abs(float(value) - float(exact)) < 1e-4
+    assert bool(jnp.all(jnp.isfinite(jax.grad(lambda p: verified(p)[0])(phi))))
 
 
 
