@@ -70,7 +70,7 @@ def _search(log_density, phi, theta0, tol, max_iter, hessian, unverified_step):
         return mode_search(log_density, phi, theta0, tol, max_iter, hessian)
     state, early = _newton_predicted(lambda theta: -log_density(theta, phi), theta0, tol, max_iter, hessian)
     theta = state.x + jnp.where(early, state.step, jnp.zeros_like(state.step))
-    return theta, _found_mode(state) | (early & state.positive & jnp.isfinite(state.value)), state.hess
+    return theta, _found_mode(state, early), state.hess
 
 
 EARLY_MAX_DECREMENT = 0.5
@@ -116,8 +116,8 @@ def _newton(log_density, phi, theta0, tol, max_iter, hessian):
     return laplace_update(fn, laplace_init(fn, theta0, hessian=hessian), tol=tol, max_iter=max_iter, hessian=hessian)
 
 
-def _found_mode(state):
-    ok = state.converged & state.positive & jnp.isfinite(state.value)
+def _found_mode(state, stopped_early=False):
+    ok = (state.converged | stopped_early) & state.positive & jnp.isfinite(state.value)
     return ok & (state.structure_error <= structure_tol(state.x.dtype))
 
 

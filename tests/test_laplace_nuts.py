@@ -264,6 +264,23 @@ def test_a_new_tilt_moves_nuts_potential_and_gradient_with_it():
     np.testing.assert_allclose(hmc_state.z_grad, jax.grad(potential)(hmc_state.z), rtol=1e-4, atol=1e-4)
 
 
+def test_a_move_turned_down_keeps_the_chains_mode_and_inner_hessian():
+    """Delayed acceptance turning NUTS's move down leaves the chain where it was: its point, and
+    the conditional mode and inner Hessian its state keeps there (no second search)."""
+    rng = np.random.default_rng(0)
+    group = np.repeat(np.arange(40), 2).astype(np.int32)
+    y = (rng.uniform(size=80) < 0.5).astype(np.float32)
+    kernel = LaplaceNUTS(binary_pairs)
+    state = kernel.init(jax.random.PRNGKey(0), 10, None, (group, 40), {"y": y})
+    state = state._replace(log_correction=jnp.asarray(1e6, state.log_correction.dtype))  # r(phi') - r(phi) ~ -1e6
+    new = kernel.sample(state, (group, 40), {"y": y})
+    assert bool(new.correction_rejected)
+    np.testing.assert_array_equal(new.hmc.z, state.hmc.z)
+    np.testing.assert_array_equal(new.theta_mode, state.theta_mode)
+    for kept, old in zip(jax.tree.leaves(new.theta_hess), jax.tree.leaves(state.theta_hess)):
+        np.testing.assert_array_equal(kept, old)
+
+
 def whitened_field(x, y=None):
     """z sits in a plate, but f = L z couples every entry: the plate's arrowhead does not hold."""
     amp = numpyro.sample("amp", dist.LogNormal(0.0, 1.0))
