@@ -9,7 +9,7 @@ group), the target is the Gauss-Hermite-corrected marginal
 :math:`\tilde p_L(\phi \mid y)\,e^{c(\phi)}` (:func:`~numpyro_lm.laplace_marginal.quadrature_correction`):
 Laplace alone puts a binary GLMM's variance component low. The correction costs 25 model
 gradients (:data:`~numpyro_lm.nested.quadrature.SLOPE_POINTS`); taken at every leapfrog step
-(``quadrature="potential"``) it doubles a 1000-group GLMM's time. The default reaches the same
+(``quadrature="potential"``) it is most of each step's cost. The default reaches the same
 target by *delayed acceptance* (Christen and Fox 2005) with a *tilt*: NUTS moves on
 :math:`\tilde p_L(\phi)\,e^{g^\top\phi}`, with :math:`g` the correction's gradient at a recent
 point of the chain, and its move :math:`\phi \to \phi'` is kept with probability
