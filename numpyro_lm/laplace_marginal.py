@@ -74,7 +74,11 @@ def _search(log_density, phi, theta0, tol, max_iter, hessian, unverified_step):
 
 
 EARLY_MAX_DECREMENT = 0.5
-"""The largest decrement (posterior SDs) from which an unverified Newton step is taken."""
+"""The largest decrement (posterior SDs) from which an unverified Newton step is taken: the
+implicit gradient then uses the Hessian of the point one step (at most this) before the mode.
+NUTS stays exact with any gradient that is a function of the point (the leapfrog map is then
+reversible and volume-preserving); on the 1000-group GLMM the gradients moved by 1e-5 relative
+(0.1 here: 6e-6, with 12% saved per evaluation instead of 19%)."""
 
 
 def _newton_predicted(fn, theta0, tol, max_iter, hessian):
@@ -127,8 +131,8 @@ def _mode_fwd(log_density, phi, theta0, tol, max_iter, hessian, unverified_step)
 
 
 def _mode_bwd(log_density, tol, max_iter, hessian, unverified_step, residual, cotangent):
-    # the search's last Hessian: at its end point, or one unverified step before it (a
-    # relative error of the decrement's order in the gradient, early_tol)
+    # the search's last Hessian: at its end point, or one unverified step before it (an error
+    # of the order of that step's decrement, at most EARLY_MAX_DECREMENT, in the gradient)
     theta, phi, hess = residual
     return _implicit_vjp(log_density, hessian, theta, phi, hess, cotangent[0]), jnp.zeros_like(theta)
 
