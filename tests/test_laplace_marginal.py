@@ -63,7 +63,7 @@ def test_an_unverified_last_newton_step_saves_an_evaluation_and_lands_within_tol
     """From the mode at nearby hyperparameters (a leapfrog step away) Newton needs three
     evaluations to certify the mode; predicted from the last two decrements, the third step
     lands within tol without its evaluation. laplace_marginal verifies it where it evaluates
-    the model anyway: its value and gradient are those of the certified mode's."""
+    the model anyway: its value is the certified mode's, its gradient finite."""
     from numpyro_lm.hessian import DenseHessian
 
     tol, phi0 = 1e-3, jnp.array([-0.4, 0.0])
