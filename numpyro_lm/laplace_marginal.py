@@ -182,11 +182,10 @@ def laplace_marginal(log_density, phi, theta0, tol, max_iter, hessian=DenseHessi
     # the search's last step is verified here, where the model is evaluated anyway
     theta, ok = conditional_mode(log_density, phi, theta0, tol, max_iter, hessian, True)
     value, grad, hess, _ = hessian.evaluate(lambda t: -log_density(t, phi), theta)
-    half_logdet, positive = _half_logdet(hessian, hess)
+    half_logdet, positive, decrement = _half_logdet(hessian, hess, grad)
     out = -value + 0.5 * theta.shape[-1] * jnp.log(2.0 * jnp.pi) - half_logdet
     if quadrature and scalar_blocks(hessian):
         out = out + quadrature_correction(log_density, phi, theta, hessian, hess, batched)
-    _, decrement, _, _ = hessian.step(*jax.lax.stop_gradient((grad, hess)))
     ok = ok & positive & is_converged(decrement, jax.lax.stop_gradient(value), tol) & jnp.isfinite(out)
     return jnp.where(ok, out, -jnp.inf), theta, hess, ok
 
@@ -197,14 +196,18 @@ def quadrature_correction(log_density, phi, theta, hessian, hess, batched):
                                         hessian.curvature(hess).a[:, 0, 0], batched)
 
 
-def _half_logdet(hessian, hess):
-    """``(log det H / 2, H positive definite)``, differentiable: JAX's own Cholesky (the
-    package's batched one has no derivative rule) or the arrowhead's block factor."""
+def _half_logdet(hessian, hess, grad):
+    """``(log det H / 2, H positive definite, Newton decrement sqrt(g' H^-1 g))``, the first
+    differentiable: JAX's own Cholesky (the package's batched one has no derivative rule) or
+    the arrowhead's block factor; the decrement (a check, not differentiated) from the same."""
+    grad = jax.lax.stop_gradient(grad)
     if isinstance(hessian, DenseHessian):
         chol = jnp.linalg.cholesky(hess)
-        return jnp.sum(jnp.log(jnp.diagonal(chol))), jnp.all(jnp.isfinite(chol))
+        scaled = jax.scipy.linalg.solve_triangular(jax.lax.stop_gradient(chol), grad, lower=True)
+        return jnp.sum(jnp.log(jnp.diagonal(chol))), jnp.all(jnp.isfinite(chol)), jnp.linalg.norm(scaled)
     curvature = hessian.curvature(hess)
-    return 0.5 * curvature.logdet(), curvature.positive()
+    solved = jax.lax.stop_gradient(curvature).solve(grad)
+    return 0.5 * curvature.logdet(), curvature.positive(), jnp.sqrt(jnp.maximum(jnp.dot(grad, solved), 0.0))
 
 
 def theta_layout(layout, theta_sites) -> Layout:
