@@ -26,7 +26,6 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from laplace_nuts import NUM_SAMPLES, _blackjax, _mcmc, _problem, _scores, _split_sites  # noqa: E402
 from report import environment, write_results  # noqa: E402
-from score import w1_over_sd  # noqa: E402
 
 from numpyro_lm import LaplaceNUTS  # noqa: E402
 
@@ -53,9 +52,6 @@ def laplace_marginal_draws(model, args, kwargs, reference, names):
             for n, axis, c in zip(names, axes, cells)}
 
 
-def worst_w1(draws, target):
-    return max(float(np.max(v)) for v in w1_over_sd({n: draws[n] for n in target}, target).values())
-
 
 def _table(own, scores, hyper, theta):
     """The markdown table: the grid's own W1/sd, then each method's mean +- standard error (seeds)."""
@@ -78,7 +74,7 @@ def main():
     model, args, kwargs, reference = _problem(MODEL)
     info, theta, hyper = _split_sites(model, args, kwargs)
     target = laplace_marginal_draws(model, args, kwargs, reference, hyper)
-    own = worst_w1(target, {n: reference[n] for n in hyper})  # the Laplace approximation's own error
+    own = _scores(target, {n: reference[n] for n in hyper}, hyper, ())[0]  # the Laplace approximation's own error
     scores = {}
     for method in ("LaplaceNUTS", "blackjax"):
         scores[method] = []
@@ -87,7 +83,7 @@ def main():
                 draws, _ = _mcmc(LaplaceNUTS(model), args, kwargs, NUM_SAMPLES, seeds=(seed,))
             else:
                 draws, _ = _blackjax(info, theta, args, kwargs, NUM_SAMPLES, seeds=(seed,))
-            scores[method].append((_scores(draws, reference, hyper, ())[0], worst_w1(draws, target)))
+            scores[method].append((_scores(draws, reference, hyper, ())[0], _scores(draws, target, hyper, ())[0]))
             print(method, seed, scores[method][-1], flush=True)
     table = _table(own, scores, hyper, theta)
     print(table)
