@@ -41,7 +41,7 @@ from .nested.quadrature import block_quadrature_correction
 from .optimize import is_converged, newton_init, newton_iteration, running
 from .trace import Layout
 
-__all__ = ["conditional_mode", "settled_mode", "mode_search", "laplace_marginal", "quadrature_correction",
+__all__ = ["conditional_mode", "mode_search", "laplace_marginal", "quadrature_correction",
            "theta_layout", "inner_hessian", "INNER_CURVATURES"]
 
 
@@ -148,27 +148,6 @@ def _implicit_vjp(log_density, hessian, theta, phi, hess, theta_bar):
 
 
 conditional_mode.defvjp(_mode_fwd, _mode_bwd)
-
-
-@partial(jax.custom_vjp, nondiff_argnums=(0, 3))
-def settled_mode(log_density, phi, theta, hessian=DenseHessian()):
-    r"""``theta``, the mode of ``log_density(theta, phi)`` in ``theta`` found already (a chain's
-    state keeps it), differentiable in ``phi`` as :func:`conditional_mode` is, without its
-    search: a function of ``phi`` whose program holds no Newton loop."""
-    return theta
-
-
-def _settled_fwd(log_density, phi, theta, hessian):
-    _, _, hess, _ = hessian.evaluate(lambda t: -log_density(t, phi), theta)
-    return theta, (theta, phi, hess)
-
-
-def _settled_bwd(log_density, hessian, residual, theta_bar):
-    theta, phi, hess = residual
-    return _implicit_vjp(log_density, hessian, theta, phi, hess, theta_bar), jnp.zeros_like(theta)
-
-
-settled_mode.defvjp(_settled_fwd, _settled_bwd)
 
 
 def laplace_marginal(log_density, phi, theta0, tol, max_iter, hessian=DenseHessian(), quadrature: bool = False,

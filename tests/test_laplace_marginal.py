@@ -9,8 +9,7 @@ import numpyro.distributions as dist
 import pytest
 from test_laplace_nuts import Y, gaussian_hierarchy
 
-from numpyro_lm.laplace_marginal import (_newton_predicted, conditional_mode, inner_hessian, laplace_marginal,
-                                        settled_mode, theta_layout)
+from numpyro_lm.laplace_marginal import _newton_predicted, conditional_mode, inner_hessian, laplace_marginal, theta_layout
 from numpyro_lm.optimize import newton, newton_init
 from numpyro_lm.model import model_info
 
@@ -46,9 +45,6 @@ def test_the_implicit_gradient_matches_finite_differences(x64, model, y):
     np.testing.assert_allclose(jax.jacrev(mode)(phi)[:, 0], numeric_mode, rtol=1e-6)
     if model is gaussian_hierarchy:  # theta* = (mu + y) / 2: d theta*/d mu = 1/2 exactly
         np.testing.assert_allclose(jax.jacrev(mode)(phi)[:, 0], 0.5, rtol=1e-8)
-    # a mode found already (a chain's state keeps it): the same derivative with no search
-    settled = lambda p: settled_mode(log_density, p, mode(phi))  # noqa: E731
-    np.testing.assert_allclose(jax.jacrev(settled)(phi)[:, 0], numeric_mode, rtol=1e-6)
 
 
 def logistic_groups(theta, phi):

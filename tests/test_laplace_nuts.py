@@ -253,15 +253,33 @@ def test_a_new_tilt_moves_nuts_potential_and_gradient_with_it():
     kernel = LaplaceNUTS(binary_pairs)
     state = kernel.init(jax.random.PRNGKey(0), 10, None, (group, 40), {"y": y})
     potential = lambda phi, tilt: kernel._programs["potential"](phi, state.theta_mode, tilt)  # noqa: E731
-    untilted = jnp.zeros_like(state.tilt)  # NUTS's state as it would be under no tilt
-    z = state.hmc.z
-    state = state._replace(tilt=untilted, hmc=state.hmc._replace(potential_energy=potential(z, untilted),
-                                                                 z_grad=jax.grad(potential)(z, untilted)))
-    tilt, hmc_state = kernel._retilted(state)
-    assert np.all(np.asarray(tilt) != 0)
+    assert not np.any(np.asarray(state.tilt))  # no moves yet: untilted
+    moves = (jnp.eye(1), jnp.array([0.8]), jnp.asarray(5, jnp.int32))  # moves whose slope is 0.8
+    tilt, hmc_state = kernel._retilted(state._replace(tilt_moves=moves))
+    np.testing.assert_allclose(tilt, [0.8], rtol=1e-5)
     potential = partial(potential, tilt=tilt)
     np.testing.assert_allclose(hmc_state.potential_energy, potential(hmc_state.z), rtol=1e-5)
     np.testing.assert_allclose(hmc_state.z_grad, jax.grad(potential)(hmc_state.z), rtol=1e-4, atol=1e-4)
+
+
+def test_the_tilt_is_the_least_squares_slope_of_the_moves():
+    """tilt_from_moves against numpy's least squares on random moves (the closed form it
+    computes through running sums), exact where the change is linear in the move; a direction
+    no move took gets no slope instead of a NaN."""
+    from numpyro_lm.laplace_nuts import _moves_added, _no_moves, tilt_from_moves
+
+    rng = np.random.default_rng(0)
+    steps, slope = rng.normal(size=(40, 3)), np.array([1.5, -2.0, 0.25])
+    changes = steps @ slope + 0.1 * rng.normal(size=40)
+    moves = _no_moves(jnp.zeros(3, jnp.float32))
+    for i, (step, change) in enumerate(zip(steps, changes)):  # the last, not counted, must not count
+        moves = _moves_added(moves, jnp.asarray(step, jnp.float32), jnp.float32(change if i < 39 else 1e6),
+                             jnp.asarray(i < 39))
+    assert int(moves[2]) == 39
+    expected = np.linalg.lstsq(steps[:39], changes[:39], rcond=None)[0]
+    np.testing.assert_allclose(tilt_from_moves(moves), expected, rtol=1e-4)  # float32 sums of 39 terms
+    flat = _moves_added(_no_moves(jnp.zeros(2)), jnp.array([1.0, 0.0]), jnp.float32(3.0), jnp.asarray(True))
+    np.testing.assert_allclose(tilt_from_moves(flat), [3.0, 0.0], rtol=1e-5)
 
 
 def test_a_move_turned_down_keeps_the_chains_mode_and_inner_hessian():
