@@ -51,6 +51,7 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/piham_calibration.py
 	$(PY) benchmarks/laplace_nuts.py
 	$(PY) benchmarks/laplace_nuts_seeds.py
+	$(PY) benchmarks/laplace_nuts_timing.py
 	$(PY) benchmarks/latent_gp.py
 
 # The site, warnings as errors; the quick examples run as it builds (sphinx-gallery).

@@ -456,5 +456,5 @@ def tilt_from_moves(moves):
 
 def _finite_or(tilt, fallback):
     """``tilt`` where every entry is finite, else ``fallback`` (the delayed acceptance stays exact
-    for any finite tilt; a gradient through an inner search that failed is not one)."""
+    for any finite tilt; a slope from moves that never left a point, a singular ``S``, is not one)."""
     return jnp.where(jnp.all(jnp.isfinite(tilt)), tilt, fallback)
