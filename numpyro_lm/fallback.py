@@ -55,6 +55,8 @@ class NUTSResult:
         if divergences:
             reasons.append(f"{who} had {divergences} divergent transitions")
         self.nuts = {"r_hat": rhat, "ess": ess, "num_divergences": divergences, "num_warmup": NUM_WARMUP}
+        if name == "laplace_nuts":  # which sites NUTS sampled and which Laplace integrated out
+            self.nuts["sampled"], self.nuts["marginalized"] = mcmc.sampler.split
         self.reasons = tuple(reasons)
         self.trail = list(approximation.trail or []) + list(earlier) + [
             Attempt(name, not reasons, float("nan"), float("nan"), seconds, self.reasons)]
@@ -81,11 +83,16 @@ class NUTSResult:
         d.update(nuts=dict(self.nuts), trusted=trusted, reasons=list(self.reasons),
                  trail=[a._asdict() for a in self.trail],
                  verdict=(f"trusted: the draws are {'Laplace-marginal ' if self.name == 'laplace_nuts' else ''}"
-                          "NUTS's (warm-started from the approximation), R-hat "
+                          f"NUTS's ({self._split_words()}warm-started from the approximation), R-hat "
                           f"{self.nuts['r_hat']:.3f}, bulk ESS {self.nuts['ess']:.0f}, no divergences." if trusted
                           else "NOT trusted: " + "; ".join(self.reasons) + ". Run longer chains: MCMC(NUTS(model), "
                           "num_warmup=..., num_samples=..., num_chains=4)."))
         return d
+
+    def _split_words(self) -> str:
+        if "marginalized" not in self.nuts:
+            return ""
+        return f"NUTS over {self.nuts['sampled']}, Laplace over {self.nuts['marginalized']}; "
 
     def print_summary(self, prob: float = 0.9, exclude_deterministic: bool = True):
         self.mcmc.print_summary(prob=prob, exclude_deterministic=exclude_deterministic)

@@ -196,12 +196,20 @@ class LaplaceNUTS(MCMCKernel):
     def default_fields(self):
         return ("z", "diverging")
 
+    @property
+    def split(self) -> Optional[tuple]:
+        """``(the hyperparameters NUTS samples, the sites Laplace integrates out)``, site names
+        in the model's order, once ``run()`` has traced the model; ``None`` before."""
+        if self._split is None:
+            return None
+        names = [s.name for s in self._info.layout.sites]
+        return [n for n in names if n not in self._theta_sites], [n for n in names if n in self._theta_sites]
+
     def __repr__(self):
         if self._split is None:
             chosen = "chosen at run()" if self.marginalize is None else self.marginalize
             return f"LaplaceNUTS(marginalize={chosen})"
-        theta = [s.name for s in self._info.layout.sites if s.name in self._theta_sites]
-        phi = [s.name for s in self._info.layout.sites if s.name not in self._theta_sites]
+        phi, theta = self.split
         return f"LaplaceNUTS(NUTS over {phi}, Laplace over {theta})"
 
     # ------------------------------------------------------------------ set-up

@@ -149,7 +149,7 @@ def _eight_schools(sigma, y=None):
 
 
 @pytest.mark.slow
-def test_laplace_nuts_fallback_integrates_the_field_out_where_the_joint_fit_is_not_trusted(x32):
+def test_laplace_nuts_fallback_integrates_the_field_out_where_the_joint_fit_is_not_trusted(x32, capsys):
     # the joint fit alone is not trusted on tau (k-hat above 1); NUTS over (mu, tau) on the
     # Laplace marginal of the eight effects is exact here, and trusted by NUTS's own checks
     lm = LaplaceMatching(_eight_schools, strategy="laplace", fallback="laplace_nuts", num_samples=2000,
@@ -157,7 +157,11 @@ def test_laplace_nuts_fallback_integrates_the_field_out_where_the_joint_fit_is_n
     lm.run(KEY, SIGMA, y=SCHOOLS)
     d = lm.diagnostics()
     assert [a["candidate"] for a in d["trail"]] == ["laplace_nuts"] and d["trusted"], d["reasons"]
-    assert d["verdict"].startswith("trusted: the draws are Laplace-marginal NUTS's")
+    assert d["verdict"].startswith("trusted: the draws are Laplace-marginal NUTS's (NUTS over ['mu', 'tau'], "
+                                   "Laplace over ['z']; warm-started")
+    assert d["nuts"]["sampled"] == ["mu", "tau"] and d["nuts"]["marginalized"] == ["z"]
+    lm.print_summary()
+    assert "Laplace over ['z']" in capsys.readouterr().out
     tau = np.asarray(lm.get_samples()["tau"])
     # long NUTS (benchmarks/references/eight_schools_noncentered.npz): tau mean 3.6, sd 3.2;
     # 2000 draws with ESS > 400: MC error of the mean < 0.16

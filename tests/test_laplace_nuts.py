@@ -71,6 +71,10 @@ def test_chains_run_sequential_and_vectorized(chain_method):
 def test_the_default_split_and_refusals():
     info = model_info(gaussian_hierarchy, (Y,))
     assert default_marginalized(info.layout) == ["theta"]
+    kernel = LaplaceNUTS(gaussian_hierarchy)
+    assert kernel.split is None and repr(kernel) == "LaplaceNUTS(marginalize=chosen at run())"
+    MCMC(kernel, num_warmup=5, num_samples=5, progress_bar=False).run(jax.random.PRNGKey(0), Y)
+    assert kernel.split == (["mu"], ["theta"]) and repr(kernel) == "LaplaceNUTS(NUTS over ['mu'], Laplace over ['theta'])"
 
     def globals_only(y):
         mu = numpyro.sample("mu", dist.Normal(0.0, 5.0))
