@@ -298,6 +298,13 @@ class LaplaceNUTS(MCMCKernel):
             self._setup(model_args, model_kwargs)
         self._vectorized = not is_prng_key(rng_key)
         if not self._vectorized:
+            if isinstance(rng_key, jax.core.Tracer) and (fresh or self._theta0 is None):
+                # a chain inside pmap (chain_method="parallel"): its key and start cannot be
+                # read, so the structure and the first mode are checked once, eagerly, at a
+                # start the init strategy gives (the model's arguments are not mapped)
+                with jax.ensure_compile_time_eval():
+                    self._first_point(jax.random.PRNGKey(0), None, fresh)
+                fresh = False
             return self._init_chain(rng_key, num_warmup, init_params, fresh)
         # chain_method="vectorized": a key per chain (as NumPyro's HMC takes them). The first
         # chain's start runs outside vmap, where the structure and the first mode can be checked
@@ -308,8 +315,19 @@ class LaplaceNUTS(MCMCKernel):
         return jax.vmap(lambda key, p: self._init_chain(key, num_warmup, p, False))(rng_key, init_params)
 
     def _init_chain(self, rng_key, num_warmup, init_params, fresh):
-        theta_index, phi_index = self._split
         key_init, key_nuts, key_draw = jax.random.split(rng_key, 3)
+        phi0, theta0 = self._first_point(key_init, init_params, fresh)
+        init_kernel, _ = self._kernels
+        self._num_warmup = num_warmup
+        tilt = jnp.zeros_like(phi0)  # until the chain's points give a slope (module docstring)
+        state = init_kernel(phi0, num_warmup, model_args=(theta0, tilt), rng_key=key_nuts, **self.nuts_kwargs)
+        return self._programs["state"](state, theta0, key_draw, tilt)
+
+    def _first_point(self, key_init, init_params, fresh):
+        """``(phi0, the conditional mode there)`` of a chain's start (``init_params`` or the init
+        strategy's), with the structure and the mode checked where they can be read (not
+        inside mapped chains); the programs compiled where the model is ``fresh``."""
+        theta_index, phi_index = self._split
         if init_params is None:
             flat = self._info.init(key_init, *self._args, init_strategy=self.init_strategy)
         else:
@@ -322,17 +340,13 @@ class LaplaceNUTS(MCMCKernel):
             self._compile()
             self._kernels = hmc(potential_fn_gen=self._potential_at, algo="NUTS")
         theta0, ok = self._programs["first_mode"](phi0, theta_start)
-        if not isinstance(ok, jax.core.Tracer):  # checkable outside vmapped chains
+        if not isinstance(ok, jax.core.Tracer):  # checkable outside mapped chains
             if not bool(ok):
                 raise FloatingPointError("LaplaceNUTS: the conditional mode of the latent field at the initial "
                                          "hyperparameters was not found (Newton did not converge or the Hessian is "
                                          "not negative definite there). Pass init_params or raise inner_max_iter.")
             self._theta0 = theta0
-        init_kernel, _ = self._kernels
-        self._num_warmup = num_warmup
-        tilt = jnp.zeros_like(phi0)  # until the chain's points give a slope (module docstring)
-        state = init_kernel(phi0, num_warmup, model_args=(theta0, tilt), rng_key=key_nuts, **self.nuts_kwargs)
-        return self._programs["state"](state, theta0, key_draw, tilt)
+        return phi0, theta0
 
     def _check_structure(self, phi, theta):
         """The arrowhead's probe at the first point (where it can be read: not inside vmapped
