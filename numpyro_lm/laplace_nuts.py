@@ -297,25 +297,26 @@ class LaplaceNUTS(MCMCKernel):
         if fresh:
             self._setup(model_args, model_kwargs)
         self._vectorized = not is_prng_key(rng_key)
-        if not self._vectorized:
-            if isinstance(rng_key, jax.core.Tracer) and (fresh or self._theta0 is None):
-                # a chain inside pmap (chain_method="parallel"): its key and start cannot be
-                # read, so the structure and the first mode are checked once, eagerly, at a
-                # start the init strategy gives (the model's arguments are not mapped)
-                with jax.ensure_compile_time_eval():
-                    self._first_point(jax.random.PRNGKey(0), None, fresh)
-                fresh = False
-            return self._init_chain(rng_key, num_warmup, init_params, fresh)
-        # chain_method="vectorized": a key per chain (as NumPyro's HMC takes them). The first
-        # chain's start runs outside vmap, where the structure and the first mode can be checked
-        first = None if init_params is None else jax.tree.map(lambda a: a[0], init_params)
-        self._init_chain(rng_key[0], num_warmup, first, fresh)
-        if init_params is None:
-            return jax.vmap(lambda key: self._init_chain(key, num_warmup, None, False))(rng_key)
-        return jax.vmap(lambda key, p: self._init_chain(key, num_warmup, p, False))(rng_key, init_params)
+        if self._vectorized:
+            # chain_method="vectorized": a key per chain (as NumPyro's HMC takes them). The
+            # first chain's start is read outside vmap, where the structure and the first
+            # mode can be checked
+            first = None if init_params is None else jax.tree.map(lambda a: a[0], init_params)
+            self._first_point(_chain_keys(rng_key[0])[0], first, fresh)
+            if init_params is None:
+                return jax.vmap(lambda key: self._init_chain(key, num_warmup, None, False))(rng_key)
+            return jax.vmap(lambda key, p: self._init_chain(key, num_warmup, p, False))(rng_key, init_params)
+        if isinstance(rng_key, jax.core.Tracer) and (fresh or self._theta0 is None):
+            # a chain inside pmap (chain_method="parallel"): its key and start cannot be read,
+            # so the structure and the first mode are checked once, eagerly, at a start the
+            # init strategy gives (the model's arguments are not mapped)
+            with jax.ensure_compile_time_eval():
+                self._first_point(jax.random.PRNGKey(0), None, fresh)
+            fresh = False
+        return self._init_chain(rng_key, num_warmup, init_params, fresh)
 
     def _init_chain(self, rng_key, num_warmup, init_params, fresh):
-        key_init, key_nuts, key_draw = jax.random.split(rng_key, 3)
+        key_init, key_nuts, key_draw = _chain_keys(rng_key)
         phi0, theta0 = self._first_point(key_init, init_params, fresh)
         init_kernel, _ = self._kernels
         self._num_warmup = num_warmup
@@ -450,6 +451,11 @@ class LaplaceNUTS(MCMCKernel):
     def get_diagnostics_str(self, state):
         return "{} steps of size {:.2e}. acc. prob={:.2f}".format(
             state.hmc.num_steps, state.hmc.adapt_state.step_size, state.hmc.mean_accept_prob)
+
+
+def _chain_keys(rng_key):
+    """A chain's keys: for its start (the init strategy), NUTS, and the draws of theta."""
+    return jax.random.split(rng_key, 3)
 
 
 def _no_moves(phi):
