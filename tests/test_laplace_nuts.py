@@ -107,7 +107,7 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.slow  # 40 s on one core: runs where CI=true (Makefile)
+@pytest.mark.slow  # 20 s on two cores: runs where CI=true (Makefile)
 def test_parallel_chains_check_the_start_as_the_other_chain_methods_do():
     """chain_method="parallel" runs each chain's init inside pmap, where no value can be read;
     the structure and the first mode are checked once, eagerly, at a start of the init strategy.
@@ -139,7 +139,8 @@ def test_the_default_split_and_refusals():
     kernel = LaplaceNUTS(gaussian_hierarchy)
     assert kernel.split is None and repr(kernel) == "LaplaceNUTS(marginalize=chosen at run())"
     MCMC(kernel, num_warmup=5, num_samples=5, progress_bar=False).run(jax.random.PRNGKey(0), Y)
-    assert kernel.split == (["mu"], ["theta"]) and repr(kernel) == "LaplaceNUTS(NUTS over ['mu'], Laplace over ['theta'])"
+    assert kernel.split == (["mu"], ["theta"])
+    assert repr(kernel) == "LaplaceNUTS(NUTS over ['mu'], Laplace over ['theta'])"
 
     def globals_only(y):
         mu = numpyro.sample("mu", dist.Normal(0.0, 5.0))
