@@ -4,7 +4,7 @@ and 4.5, Fig. 4.5).
 
 Data that ship with scikit-learn: digits (8 x 8 images / 16, a fixed 70 / 30 split). An MLP
 64-32-10 (tanh) is trained with optax (Adam, weight decay 1e-4, 2000 full-batch steps); its
-last layer gets a Laplace posterior (``numpyro_lm.nn.LastLayerLaplace``) with the Kronecker
+last layer gets a Laplace posterior (``numpyro_lm.contrib.nn.LastLayerLaplace``) with the Kronecker
 and the full curvature, at two prior scales (prior SD 1 and 0.3 on the weights: precision 1
 and 11.1). Three settings:
 
@@ -13,7 +13,7 @@ and 11.1). Three settings:
   against pure noise images (uniform on [0, 1]);
 - ``digits 0-4``: trained on 0-4; OOD AUROC against the test images of 5-9 (the thesis' split).
 
-Every predictive (``numpyro_lm.nn.predictive``) is scored: accuracy, NLL, ECE, Brier, the mean
+Every predictive (``numpyro_lm.contrib.nn.predictive``) is scored: accuracy, NLL, ECE, Brier, the mean
 KL divergence from a 20 000-draw Monte Carlo reference of the same logit Gaussian, OOD AUROC,
 and microseconds per prediction (warm, the logit covariance included, the whole test split in
 one compiled call, the best of five). The uncertainty-aware top-k (thesis Algorithm 4) is
@@ -40,8 +40,8 @@ import optax
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from report import environment  # noqa: E402
 
-from numpyro_lm.bridge import uncertainty_aware_top_k  # noqa: E402
-from numpyro_lm.nn import LastLayerLaplace, class_probabilities, logit_gaussian, metrics  # noqa: E402
+from numpyro_lm.contrib.bridge import uncertainty_aware_top_k  # noqa: E402
+from numpyro_lm.contrib.nn import LastLayerLaplace, class_probabilities, logit_gaussian, metrics  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PRIOR_SDS = (1.0, 0.3)

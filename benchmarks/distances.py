@@ -31,9 +31,9 @@ from numpyro.distributions import transforms as T
 
 jax.config.update("jax_enable_x64", True)
 
-from numpyro_lm.bases import SquareTransform, ZeroSumSoftmaxTransform  # noqa: E402
+from numpyro_lm.families.bases import SquareTransform, ZeroSumSoftmaxTransform  # noqa: E402
 from numpyro_lm.curvature import covariance  # noqa: E402
-from numpyro_lm.laplace import laplace  # noqa: E402
+from numpyro_lm.mode.laplace_state import laplace  # noqa: E402
 
 
 class _SimplexFree(T.ParameterFreeTransform):

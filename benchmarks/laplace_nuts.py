@@ -51,8 +51,8 @@ from scale import glmm, glmm_data  # noqa: E402
 from suite import SUITE  # noqa: E402
 
 from numpyro_lm import LaplaceMatching, LaplaceNUTS  # noqa: E402
-from numpyro_lm.laplace_nuts import _joint, _split, default_marginalized  # noqa: E402
-from numpyro_lm.model import model_info  # noqa: E402
+from numpyro_lm.samplers.tilted_nuts import default_marginalized, joint_vector, split_coordinates  # noqa: E402
+from numpyro_lm.core.model import model_info  # noqa: E402
 
 MODELS = ("eight_schools_noncentered", "eight_schools_centered", "hierarchical_normal_groups",
           "gp_classification_hyper", "glmm_100", "glmm_1000", "glmm_10000")
@@ -100,10 +100,10 @@ def _blackjax(info, theta_sites, args, kwargs, num_samples, seeds=(0, 1)):
     import blackjax
     from blackjax.mcmc.laplace_marginal import laplace_marginal_factory
 
-    theta_index, phi_index = _split(info.layout, set(theta_sites))
+    theta_index, phi_index = split_coordinates(info.layout, set(theta_sites))
 
     def log_joint(theta, phi):
-        return info.log_density(_joint(theta, phi, theta_index, phi_index, info.size), args, kwargs)
+        return info.log_density(joint_vector(theta, phi, theta_index, phi_index, info.size), args, kwargs)
 
     laplace = laplace_marginal_factory(log_joint, jnp.zeros(len(theta_index)))
     kernel = blackjax.laplace_hmc.build_kernel()
@@ -123,7 +123,7 @@ def _blackjax(info, theta_sites, args, kwargs, num_samples, seeds=(0, 1)):
 
         phi, theta_star = jax.block_until_ready(chain(state, jax.random.PRNGKey(100 + seed)))
         seconds.append(time.perf_counter() - start)
-    flat = jax.vmap(lambda t, p: _joint(t, p, theta_index, phi_index, info.size))(theta_star, phi)
+    flat = jax.vmap(lambda t, p: joint_vector(t, p, theta_index, phi_index, info.size))(theta_star, phi)
     draws = jax.vmap(lambda z: info.constrain(z, args, kwargs))(flat)
     return {k: np.asarray(v) for k, v in draws.items()}, seconds
 

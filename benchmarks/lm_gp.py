@@ -20,7 +20,7 @@ Last, LM + GP's scores under each kernel search (the data's leave-one-out predic
 pseudo-observations' evidence) and the sensitivity of binary and categorical scores to the
 prior weight ``eps``.
 
-For each: LM + GP (``numpyro_lm.gp.LMGP``: pseudo-observations, kernel hyperparameters,
+For each: LM + GP (``numpyro_lm.contrib.gp.LMGP``: pseudo-observations, kernel hyperparameters,
 Newton steps towards the Laplace GP where asked, predictions) with its default options and on
 the kernel of the pseudo-observations' evidence without and with Newton steps, timed cold
 (compilation included) and warm (a refit); then the full latent GP on that evidence's kernel,
@@ -57,12 +57,12 @@ from numpyro.infer import MCMC  # noqa: E402
 from numpyro_lm import EllipticalSlice, LaplaceMatching  # noqa: E402
 from numpyro.distributions.transforms import ZeroSumTransform  # noqa: E402
 
-from numpyro_lm.gp import EPS, LMGP, default_choices, matched_predictive, pseudo_observations, rbf_kernel  # noqa: E402
-from numpyro_lm.gp.blocks import predictive  # noqa: E402
-from numpyro_lm.gp.pseudo import covariance_log_likelihood  # noqa: E402
-from numpyro_lm.gp.refine import relinearise  # noqa: E402
-from numpyro_lm.nn import metrics  # noqa: E402
-from numpyro_lm.bases import SymmetricMatrixExpTransform  # noqa: E402
+from numpyro_lm.contrib.gp import EPS, LMGP, default_choices, matched_predictive, pseudo_observations, rbf_kernel  # noqa: E402
+from numpyro_lm.contrib.gp.blocks import predictive  # noqa: E402
+from numpyro_lm.contrib.gp.pseudo import covariance_log_likelihood  # noqa: E402
+from numpyro_lm.contrib.gp.refine import relinearise  # noqa: E402
+from numpyro_lm.contrib.nn import metrics  # noqa: E402
+from numpyro_lm.families.bases import SymmetricMatrixExpTransform  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

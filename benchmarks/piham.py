@@ -40,12 +40,12 @@ import optax
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from report import environment, write_results  # noqa: E402
 
-from numpyro_lm.networks import (attribute_means, edge_means, fit_piham, memberships, mtcov_network,  # noqa: E402
+from numpyro_lm.contrib.networks import (attribute_means, edge_means, fit_piham, memberships, mtcov_network,  # noqa: E402
                                  piham_model, piham_network, prior_network)
-from numpyro_lm.networks import metrics as M  # noqa: E402
-from numpyro_lm.networks.fit import _node_blocks  # noqa: E402
-from numpyro_lm.networks.model import as_arrays, default_masks, log_joint  # noqa: E402
-from numpyro_lm.networks.mtcov import attribute_probabilities, expected_edges, fit_mtcov  # noqa: E402
+from numpyro_lm.contrib.networks import metrics as M  # noqa: E402
+from numpyro_lm.contrib.networks.fit import _node_blocks  # noqa: E402
+from numpyro_lm.contrib.networks.model import as_arrays, default_masks, log_joint  # noqa: E402
+from numpyro_lm.contrib.networks.mtcov import attribute_probabilities, expected_edges, fit_mtcov  # noqa: E402
 
 DEGREES = (10, 20, 30, 40, 50)
 SIZES = ((100, 3), (200, 3), (500, 3), (1000, 3), (200, 5))

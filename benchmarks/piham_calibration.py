@@ -33,9 +33,9 @@ from report import environment, write_results  # noqa: E402
 from numpyro.infer import MCMC, NUTS, init_to_value  # noqa: E402
 
 from numpyro_lm import LaplaceNUTS  # noqa: E402
-from numpyro_lm.networks import fit_piham, piham_model, prior_network  # noqa: E402
-from numpyro_lm.networks import metrics as M  # noqa: E402
-from numpyro_lm.networks.model import as_arrays  # noqa: E402
+from numpyro_lm.contrib.networks import fit_piham, piham_model, prior_network  # noqa: E402
+from numpyro_lm.contrib.networks import metrics as M  # noqa: E402
+from numpyro_lm.contrib.networks.model import as_arrays  # noqa: E402
 
 NUM_NODES, DRAWS, CREDIBILITY = 20, (0, 1, 2), 0.9
 

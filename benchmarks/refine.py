@@ -26,7 +26,7 @@ from models import MODELS  # noqa: E402
 from report import environment, write_results  # noqa: E402
 
 from numpyro_lm import LaplaceMatching, NotTrustedWarning  # noqa: E402
-from numpyro_lm.adapters import warm_nuts  # noqa: E402
+from numpyro_lm.samplers import warm_nuts  # noqa: E402
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 METHODS = (None, "mean", "eig", "lowrank", "diag", "dadvi")

@@ -28,7 +28,7 @@ from models import MODELS  # noqa: E402
 from report import write_results  # noqa: E402
 
 from numpyro_lm import LaplaceMatching  # noqa: E402
-from numpyro_lm.adapters import warm_nuts  # noqa: E402
+from numpyro_lm.samplers import warm_nuts  # noqa: E402
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 

@@ -21,8 +21,8 @@ import numpy as np
 import optax
 from sklearn.datasets import load_digits
 
-from numpyro_lm.bridge import uncertainty_aware_top_k
-from numpyro_lm.nn import LastLayerLaplace, metrics
+from numpyro_lm.contrib.bridge import uncertainty_aware_top_k
+from numpyro_lm.contrib.nn import LastLayerLaplace, metrics
 
 data = load_digits()
 order = np.random.default_rng(0).permutation(len(data.target))

@@ -30,7 +30,7 @@ import numpyro.distributions as dist
 from numpyro.infer import MCMC  # noqa: E402
 
 from numpyro_lm import LaplaceMatching  # noqa: E402
-from numpyro_lm.adapters import EllipticalSlice, warm_nuts  # noqa: E402
+from numpyro_lm.samplers import EllipticalSlice, warm_nuts  # noqa: E402
 
 # sphinx-gallery runs an example from its own folder and sets no __file__
 HERE = os.path.dirname(os.path.abspath(__file__)) if "__file__" in globals() else os.getcwd()

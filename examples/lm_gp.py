@@ -34,9 +34,9 @@ import numpy as np  # noqa: E402
 from numpyro.infer import MCMC, NUTS  # noqa: E402
 from scipy import stats  # noqa: E402
 
-from numpyro_lm.gp import LMGP, pseudo_observations  # noqa: E402
-from numpyro_lm.gp.component import lm_gp_model, predict_with_draws  # noqa: E402
-from numpyro_lm.gp.regression import matched_predictive  # noqa: E402
+from numpyro_lm.contrib.gp import LMGP, pseudo_observations  # noqa: E402
+from numpyro_lm.contrib.gp.component import lm_gp_model, predict_with_draws  # noqa: E402
+from numpyro_lm.contrib.gp.regression import matched_predictive  # noqa: E402
 
 # sphinx-gallery runs an example from its own folder and sets no __file__
 HERE = os.path.dirname(os.path.abspath(__file__)) if "__file__" in globals() else os.getcwd()

@@ -30,10 +30,10 @@ import time
 import jax
 import numpy as np
 
-from numpyro_lm.networks import attribute_means, edge_means, fit_piham, mtcov_network, piham_model, piham_network
-from numpyro_lm.networks import metrics as M
-from numpyro_lm.networks.model import as_arrays
-from numpyro_lm.networks.mtcov import attribute_probabilities, expected_edges, fit_mtcov
+from numpyro_lm.contrib.networks import attribute_means, edge_means, fit_piham, mtcov_network, piham_model, piham_network
+from numpyro_lm.contrib.networks import metrics as M
+from numpyro_lm.contrib.networks.model import as_arrays
+from numpyro_lm.contrib.networks.mtcov import attribute_probabilities, expected_edges, fit_mtcov
 
 QUICK = "--quick" in sys.argv
 FOLDS = 1 if QUICK else 5

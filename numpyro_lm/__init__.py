@@ -7,29 +7,38 @@ compiled program, ``sbc`` checks calibration on simulated data, ``LaplaceNUTS`` 
 NumPyro MCMC kernel (NUTS over the hyperparameters, Laplace over the latent field), and the pure core
 (``model_info``, ``laplace``) vmaps and jits like any JAX function.
 
-Everything else lives in submodules: ``numpyro_lm.bridge`` (the Laplace Bridge for
-classifier logits), ``numpyro_lm.compare`` (LM, NUTS and ESS side by side),
-``numpyro_lm.plotting``, ``numpyro_lm.diagnostics`` (PSIS), ``numpyro_lm.bases`` and
-``numpyro_lm.families`` (the registries).
+The package is the pipeline, one folder a stage, each importing only the stages before it:
+``runtime`` (compiling, batching, keys) -> ``curvature`` (the precision as data) -> ``mode``
+(Newton and its Hessian strategies, the Laplace state) -> ``families`` (bases and matched
+families) -> ``core`` (the model's sites and log density) -> ``marginal`` (the conditional Laplace
+marginal) -> ``posterior`` (refinement, matched marginals, draws) -> ``checks`` (PSIS, the
+verdict, errors) -> ``samplers`` (LaplaceNUTS, warm NUTS, elliptical slice) ->
+``approximations`` (joint, nested, the auto-pilot, the fallback) -> the top level:
+``numpyro_lm.matching`` (``LaplaceMatching``), ``numpyro_lm.inference_data`` (ArviZ),
+``numpyro_lm.plotting``, ``numpyro_lm.compare``, ``numpyro_lm.sbc``. The seed applications are
+in ``numpyro_lm.contrib`` (``bridge``, ``gp``, ``nn``, ``networks``). docs/architecture.md draws it.
 """
 
 # before anything starts JAX's backends: XLA_FLAGS are read once, when they start
-from .xla_runtime import avoid_lapack_deadlock
+from .runtime.xla_flags import avoid_lapack_deadlock
 
 avoid_lapack_deadlock()
 
-from .adapters import EllipticalSlice, warm_nuts  # noqa: E402
-from .bases import register_basis
+from .checks.data import ObservedDataError  # noqa: E402
+from .checks.errors import NotPositiveDefiniteError
+from .checks.verdict import NotTrustedWarning
+from .core.model import ModelInfo, model_info
 from .curvature import Gaussian
-from .errors import NotPositiveDefiniteError
-from .data_checks import ObservedDataError
 from .families import get_family, register_family, register_prior_family
-from .laplace import LaplaceState, laplace
-from .laplace_nuts import LaplaceNUTS
+from .families.bases import register_basis
 from .matching import LaplaceMatching
-from .model import ModelInfo, model_info
+from .mode.laplace_state import LaplaceState, laplace
+from .moved import install as _install_old_paths
+from .samplers import EllipticalSlice, warm_nuts
+from .samplers.laplace_nuts import LaplaceNUTS
 from .sbc import SBCResult, sbc
-from .verdict import NotTrustedWarning
+
+_install_old_paths()  # the flat layout's import paths keep working (numpyro_lm.moved)
 
 __version__ = "0.1.0"
 
@@ -56,14 +65,14 @@ __all__ = [
 ]
 
 _MOVED = {
-    "plot_marginals": "numpyro_lm.plotting", "laplace_bridge": "numpyro_lm.bridge",
-    "condition_zero_sum": "numpyro_lm.bridge", "lb_norm": "numpyro_lm.bridge",
-    "dirichlet_beta_marginals": "numpyro_lm.bridge", "uncertainty_aware_top_k": "numpyro_lm.bridge",
-    "psis": "numpyro_lm.diagnostics", "PSIS": "numpyro_lm.diagnostics", "khat_verdict": "numpyro_lm.diagnostics",
+    "plot_marginals": "numpyro_lm.plotting", "laplace_bridge": "numpyro_lm.contrib.bridge",
+    "condition_zero_sum": "numpyro_lm.contrib.bridge", "lb_norm": "numpyro_lm.contrib.bridge",
+    "dirichlet_beta_marginals": "numpyro_lm.contrib.bridge", "uncertainty_aware_top_k": "numpyro_lm.contrib.bridge",
+    "psis": "numpyro_lm.checks.psis", "PSIS": "numpyro_lm.checks.psis", "khat_verdict": "numpyro_lm.checks.psis",
     "to_inference_data": "numpyro_lm.inference_data", "Comparison": "numpyro_lm.compare",
-    "basis_names": "numpyro_lm.bases", "get_basis": "numpyro_lm.bases", "Basis": "numpyro_lm.bases",
+    "basis_names": "numpyro_lm.families.bases", "get_basis": "numpyro_lm.families.bases", "Basis": "numpyro_lm.families.bases",
     "family_names": "numpyro_lm.families", "family_bases": "numpyro_lm.families",
-    "MatchedFamily": "numpyro_lm.families", "MatchedPosterior": "numpyro_lm.posterior",
+    "MatchedFamily": "numpyro_lm.families", "MatchedPosterior": "numpyro_lm.posterior.matched",
 }
 
 

@@ -14,10 +14,11 @@ from typing import NamedTuple, Optional, Sequence
 
 import jax
 import numpy as np
+from numpyro.infer import MCMC, NUTS
 
-from .adapters import EllipticalSlice, warm_nuts
+from .checks.validation import check_model, check_rng_key
 from .matching import LaplaceMatching
-from .validation import check_model, check_rng_key
+from .samplers import EllipticalSlice, warm_nuts
 
 __all__ = ["Comparison", "compare", "METHODS"]
 
@@ -64,8 +65,8 @@ def compare(
 
     :param methods: any of ``"lm"`` (:class:`~numpyro_lm.LaplaceMatching`), ``"nuts"``
         (NumPyro NUTS, ``num_warmup`` + ``num_samples``), ``"warm_nuts"`` (NUTS started from
-        the LM fit, :func:`~numpyro_lm.adapters.warm_nuts`, ``warm_num_warmup`` warmup steps)
-        and ``"ess"`` (:class:`~numpyro_lm.adapters.EllipticalSlice`: the model's own
+        the LM fit, :func:`~numpyro_lm.samplers.warm_nuts`, ``warm_num_warmup`` warmup steps)
+        and ``"ess"`` (:class:`~numpyro_lm.samplers.EllipticalSlice`: the model's own
         Gaussian prior as the ellipse where every latent site has one, else the LM
         Gaussian; ``num_warmup`` + ``num_samples``).
     :param str reference: the method whose draws are the truth; default the one that ran
@@ -77,7 +78,6 @@ def compare(
         ``pareto_k`` (LM only).
     """
     import pandas as pd
-    from numpyro.infer import MCMC, NUTS
 
     unknown = set(methods) - set(METHODS)
     if unknown:
@@ -87,52 +87,62 @@ def compare(
         check_rng_key(rng_key)
     key = jax.random.PRNGKey(0) if rng_key is None else rng_key
     lm_kwargs = {"num_samples": num_samples * num_chains, "progress_bar": progress_bar, **(lm_kwargs or {})}
-    mcmc_options = dict(num_samples=num_samples, num_chains=num_chains, chain_method="sequential",
-                        progress_bar=progress_bar)
-    idata, seconds, lm, khat = {}, {}, None, {}
-
-    def fit_lm():
-        nonlocal lm
-        if lm is None:
-            lm = LaplaceMatching(model, **lm_kwargs).run(key, *args, **kwargs)
-        return lm
-
+    run = _Runs(model, args, kwargs, key, lm_kwargs, num_warmup, warm_num_warmup, num_chains,
+                dict(num_samples=num_samples, num_chains=num_chains, chain_method="sequential",
+                     progress_bar=progress_bar))
+    idata, seconds, khat = {}, {}, {}
     for method in methods:
-        t0 = time.perf_counter()
-        if method == "lm":
-            fit_lm()
-            jax.block_until_ready(lm.get_samples())
-            seconds[method] = time.perf_counter() - t0
-            idata[method] = lm.to_inference_data(log_likelihood=False)
-            khat[method] = lm.diagnostics()["pareto_k"]
-            continue
-        if method == "nuts":
-            mcmc = MCMC(NUTS(model), num_warmup=num_warmup, **mcmc_options)
-            mcmc.run(key, *args, **kwargs)
-        elif method == "warm_nuts":
-            if lm is None:
-                fit_lm()  # counted: the warm start includes the LM fit
-            warm = warm_nuts(lm)
-            init = {k: np.broadcast_to(v, (num_chains,) + v.shape) if num_chains > 1 else v
-                    for k, v in warm.init_params.items()}
-            mcmc = MCMC(warm.kernel, num_warmup=warm_num_warmup, **mcmc_options)
-            mcmc.run(key, *args, init_params=init, **kwargs)
-        else:  # ess
-            if _ellipse_from_model(model, args, kwargs):
-                kernel = EllipticalSlice(model)
-            else:
-                kernel = EllipticalSlice.from_laplace(fit_lm())
-            mcmc = MCMC(kernel, num_warmup=num_warmup, **mcmc_options)
-            mcmc.run(key, *args, **kwargs)
-        jax.block_until_ready(mcmc.get_samples())
-        seconds[method] = time.perf_counter() - t0
-        import arviz as az
-
-        idata[method] = az.from_numpyro(mcmc, log_likelihood=False)
-
+        seconds[method], idata[method], khat[method] = run(method)
     ref = reference or max(seconds, key=seconds.get)
     if ref not in idata:
         raise ValueError(f"reference {ref!r} is not among the methods run {list(methods)}")
+    return Comparison(pd.DataFrame(_rows(methods, idata, seconds, khat, ref)).set_index("method"), idata)
+
+
+class _Runs:
+    """Runs one method on the model: ``(seconds until its draws are ready, InferenceData, k-hat or
+    NaN)``. The LM fit is made once and shared (``warm_nuts`` and ``ess`` start from it): its time
+    counts where it is made."""
+
+    def __init__(self, model, args, kwargs, key, lm_kwargs, num_warmup, warm_num_warmup, num_chains, mcmc_options):
+        self.model, self.args, self.kwargs, self.key, self.lm_kwargs = model, args, kwargs, key, lm_kwargs
+        self.num_warmup, self.warm_num_warmup, self.num_chains = num_warmup, warm_num_warmup, num_chains
+        self.mcmc_options, self.fitted = mcmc_options, None
+
+    def lm(self) -> LaplaceMatching:
+        if self.fitted is None:
+            self.fitted = LaplaceMatching(self.model, **self.lm_kwargs).run(self.key, *self.args, **self.kwargs)
+        return self.fitted
+
+    def __call__(self, method: str):
+        import arviz as az
+
+        t0 = time.perf_counter()
+        if method == "lm":
+            lm = self.lm()
+            jax.block_until_ready(lm.get_samples())
+            seconds = time.perf_counter() - t0
+            return seconds, lm.to_inference_data(log_likelihood=False), lm.diagnostics()["pareto_k"]
+        init = {}
+        if method == "nuts":
+            kernel, num_warmup = NUTS(self.model), self.num_warmup
+        elif method == "warm_nuts":
+            warm = warm_nuts(self.lm())  # counted: the warm start includes the LM fit
+            kernel, num_warmup = warm.kernel, self.warm_num_warmup
+            init = {"init_params": {k: np.broadcast_to(v, (self.num_chains,) + v.shape) if self.num_chains > 1 else v
+                                    for k, v in warm.init_params.items()}}
+        else:  # ess: the model's own Gaussian prior where every latent site has one, else the LM Gaussian
+            model_prior = _ellipse_from_model(self.model, self.args, self.kwargs)
+            kernel = EllipticalSlice(self.model) if model_prior else EllipticalSlice.from_laplace(self.lm())
+            num_warmup = self.num_warmup
+        mcmc = MCMC(kernel, num_warmup=num_warmup, **self.mcmc_options)
+        mcmc.run(self.key, *self.args, **init, **self.kwargs)
+        jax.block_until_ready(mcmc.get_samples())
+        return time.perf_counter() - t0, az.from_numpyro(mcmc, log_likelihood=False), np.nan
+
+
+def _rows(methods, idata, seconds, khat, ref) -> list:
+    """The table's rows: time, speed-up over NUTS and the worst coordinate's errors against ``ref``."""
     names = [n for n in idata[ref].posterior.data_vars if all(n in d.posterior for d in idata.values())]
     ref_flat = _flat(idata[ref], names)
     ref_mean, ref_sd = ref_flat.mean(0), ref_flat.std(0)
@@ -148,4 +158,4 @@ def compare(
             "pareto_k": khat.get(method, np.nan),
             "reference": method == ref,
         })
-    return Comparison(pd.DataFrame(rows).set_index("method"), idata)
+    return rows

@@ -2,7 +2,7 @@
 
 The groups are those of ``arviz.from_numpyro`` on an MCMC run. The draws are independent;
 they are split into pseudo-chains (four of ``S / 4`` draws where that divides,
-:func:`numpyro_lm.random.num_pseudo_chains`), so that ``az.summary`` gives r_hat (about 1 by
+:func:`numpyro_lm.runtime.random.num_pseudo_chains`), so that ``az.summary`` gives r_hat (about 1 by
 construction) and ESS (about ``S``) instead of warning about a single chain:
 
 - ``posterior``: latent and deterministic sites, dims named after the model's plates
@@ -22,13 +22,13 @@ from typing import Optional
 
 import jax
 import numpy as np
-import numpyro.distributions as dist
 from numpyro import handlers
 from numpyro.infer import Predictive
 from numpyro.infer import log_likelihood as numpyro_log_likelihood
 from numpyro.primitives import Messenger
 
-from .random import split_chains
+from .core.trace import observed_site_names
+from .runtime.random import split_chains
 
 __all__ = ["model_dims", "unobserved", "to_inference_data"]
 
@@ -61,14 +61,6 @@ class unobserved(Messenger):
         if msg["type"] == "sample" and msg["is_observed"]:
             msg["value"] = None
             msg["is_observed"] = False
-
-
-def _observed_names(trace) -> list:
-    """Observed sample sites, without ``numpyro.factor`` terms (``Unit`` distributions)."""
-    return [
-        n for n, s in trace.items()
-        if s["type"] == "sample" and s["is_observed"] and not isinstance(s["fn"], dist.Unit)
-    ]
 
 
 def _model_trace(lm):
@@ -136,7 +128,7 @@ def to_inference_data(
     model, args, kwargs = lm.model, lm.model_args, lm.model_kwargs
     samples = {k: np.asarray(v) for k, v in jax.device_get(lm.get_samples()).items()}
     trace = _model_trace(lm)
-    observed_names = _observed_names(trace)
+    observed_names = observed_site_names(trace)
     observed = {n: np.asarray(trace[n]["value"]) for n in observed_names}
     dims = {**model_dims(trace), **(dims or {})}
     keys = iter(jax.random.split(jax.random.PRNGKey(0) if rng_key is None else rng_key, 2))

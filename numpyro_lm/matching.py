@@ -7,10 +7,10 @@
     many = LaplaceMatching(model).run_many(key, *batched_args)  # B data sets in one program
 
 It maps options to the pure core and keeps the traced models and the last result. Data
-flow: :func:`~numpyro_lm.model.model_info` (sites, bases, flat log density) ->
-:mod:`~numpyro_lm.fit` (Newton mode search, :class:`~numpyro_lm.laplace.LaplaceState` with a
-:mod:`~numpyro_lm.curvature`, MVI refinement, matched families) or :mod:`~numpyro_lm.nested`
--> :class:`~numpyro_lm.result.Result` (copula draws, PSIS, matched posterior, diagnostics)
+flow: :func:`~numpyro_lm.core.model.model_info` (sites, bases, flat log density) ->
+:mod:`~numpyro_lm.approximations.joint_fit` (Newton mode search, :class:`~numpyro_lm.mode.laplace_state.LaplaceState` with a
+:mod:`~numpyro_lm.curvature`, MVI refinement, matched families) or :mod:`~numpyro_lm.approximations.nested`
+-> :class:`~numpyro_lm.approximations.result.Result` (copula draws, PSIS, matched posterior, diagnostics)
 -> ArviZ. References: Hobbhahn and Hennig, "Laplace Matching for fast Approximate Inference
 in Latent Gaussian Models", arXiv:2105.03109 (2021); Hobbhahn, "Laplace Matching and the
 Laplace Bridge", thesis (2021).
@@ -22,26 +22,18 @@ import warnings
 from typing import Callable, Optional
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from .autopilot import run_auto
-from .batch import batch_of, pad, pad_inputs
-from .fallback import run_fallback
-from .errors import NotPositiveDefiniteError, check_options
-from .fit import FitOptions, default_starts
-from .curvature_choice import CURVATURES, StructureError, check_dense_memory, curvature_candidates
-from .joint import run_joint
-from .refine import check_refine_memory
-from .model import ModelInfo, model_info
-from .nested import run_nested
-from .data_checks import observed_data_problem
-from .validation import (check_count, check_init_params, check_model, check_rng_key, check_settings,
-                         refuse_mcmc_options)
-from .static_data import mark_static, needs_concrete, static_positions, static_where_needed
-from .random import num_pseudo_chains
-from .programs import BATCH_COMPILE, FAST_COMPILE, merge_inputs, resolve_compiler_options, shape_key, split_inputs
-from .verdict import NotTrustedWarning
+from .approximations.options import Options, checked_options
+from .checks.errors import NotPositiveDefiniteError
+from .checks.validation import check_count, check_init_params, check_model, check_rng_key, refuse_mcmc_options
+from .checks.verdict import NotTrustedWarning
+from .core.model import ModelInfo, TracedModels
+from .inference_data import to_inference_data
+from .runtime.batch import batch_of, pad, pad_inputs
+from .runtime.programs import BATCH_COMPILE, FAST_COMPILE
+from .runtime.random import num_pseudo_chains
+from .runtime.static_data import needs_concrete
 
 __all__ = ["LaplaceMatching", "NotPositiveDefiniteError", "FAST_COMPILE", "BATCH_COMPILE"]
 
@@ -60,7 +52,7 @@ class LaplaceMatching:
     :param model: a NumPyro model.
     :param int num_samples: draws returned by :meth:`get_samples` (``run`` makes them with the
         fit, ``run_many`` on request).
-    :param dict bases: per-site basis, e.g. ``{"sigma": "sqrt"}`` (:func:`numpyro_lm.bases.basis_names`).
+    :param dict bases: per-site basis, e.g. ``{"sigma": "sqrt"}`` (:func:`numpyro_lm.families.bases.basis_names`).
     :param dict families: per-site family, e.g. ``{"tau": "gaussian"}`` (:func:`numpyro_lm.families.family_names`).
     :param init_strategy: a numpyro init strategy. ``None`` (default) starts at the basis
         origin (real sites 0, positive ones 1, simplices uniform...), falling back to
@@ -74,38 +66,38 @@ class LaplaceMatching:
         definite; changes the posterior (prefer float64 or a proper prior).
     :param bool progress_bar: a progress bar when the mode search runs past two seconds.
     :param int newton_max_dim: largest dimension for which ``method="auto"`` picks Newton.
-    :param str refine: MVI refinement of the Gaussian before matching (:mod:`numpyro_lm.refine`):
+    :param str refine: MVI refinement of the Gaussian before matching (:mod:`numpyro_lm.posterior.refine`):
         ``"dadvi"`` (300 fixed draws, Newton: two to three times a plain fit's cost), or ``"mean"``,
         ``"eig"``, ``"lowrank"``, ``"diag"`` (1000 fixed draws, L-BFGS); the bound before and
         after is in :meth:`diagnostics`. ``refine_num_samples`` fixed draws (default: the
         method's), ``refine_max_iter`` optimiser steps. Refinement uses the dense curvature
         (its eigenbasis), whatever D: a model too large for it is refused before allocation.
-    :param hyper: nested Laplace (:mod:`numpyro_lm.nested`, INLA style) over these sites
+    :param hyper: nested Laplace (:mod:`numpyro_lm.approximations.nested`, INLA style) over these sites
         (at most ten coordinates), or ``"auto"``: the model's hyperparameters
-        (:func:`numpyro_lm.nested.fit.hyper_sites`: global scales and shapes that set another
+        (:func:`numpyro_lm.core.structure.hyper_sites`: global scales and shapes that set another
         latent site's prior or enter a likelihood with other latent sites). No joint fit is made.
     :param str strategy: ``"auto"`` (default): the first trusted of nested Laplace (where
         the model has hyperparameters), joint Laplace Matching and PSIS-corrected moments
-        (:mod:`numpyro_lm.autopilot`; the attempts are in ``diagnostics()["trail"]``);
+        (:mod:`numpyro_lm.approximations.autopilot`; the attempts are in ``diagnostics()["trail"]``);
         ``"laplace"``: the joint fit alone. Explicit ``refine=`` or ``hyper=`` choose for you.
     :param str fallback: ``"nuts"``: where the answer is not trusted, run NUTS warm-started
-        from it and answer with NUTS's draws (:mod:`numpyro_lm.fallback`); ``"laplace_nuts"``:
+        from it and answer with NUTS's draws (:mod:`numpyro_lm.approximations.fallback`); ``"laplace_nuts"``:
         Laplace-marginal NUTS (:class:`~numpyro_lm.LaplaceNUTS`) first, then NUTS where that is
         refused or not trusted. Default ``None``:
         ``run`` warns instead, naming that call.
     :param int num_starts: joint mode searches (one program): from the initial point and
         from ``num_starts - 1`` points spread over (-2, 2) in the LM basis
-        (:func:`numpyro_lm.fit.spread_points`). The highest density is kept; a second mode
+        (:func:`numpyro_lm.core.starts.spread_points`). The highest density is kept; a second mode
         of comparable Laplace mass makes the fit untrusted (``diagnostics()["reasons"]``).
-        Default ``None``: :data:`~numpyro_lm.fit.DEFAULT_STARTS` for models of at most
-        :data:`~numpyro_lm.fit.MULTI_START_MAX_DIM` coordinates, else one. Single fits only.
-    :param str curvature: how the mode search holds the Hessian (:mod:`numpyro_lm.hessian`):
+        Default ``None``: :data:`~numpyro_lm.core.starts.DEFAULT_STARTS` for models of at most
+        :data:`~numpyro_lm.core.starts.MULTI_START_MAX_DIM` coordinates, else one. Single fits only.
+    :param str curvature: how the mode search holds the Hessian (:mod:`numpyro_lm.mode.hessian`):
         ``"dense"`` (``D x D``), ``"arrowhead"`` (the block-arrowhead structure of a plate's
         local sites and the global ones: ``O(D)`` time and memory, checked on a random probe at
         every step), ``"lowrank"`` (the prior's block-arrowhead Hessian plus a low-rank update
         of about the number of observations: a regression with more coefficients than data,
         ``O(D m)``) or ``"auto"`` (default): above
-        :data:`~numpyro_lm.hessian.ARROWHEAD_MIN_DIM` coordinates the arrowhead where a plate
+        :data:`~numpyro_lm.mode.hessian.ARROWHEAD_MIN_DIM` coordinates the arrowhead where a plate
         gives one, then the low-rank update where the observations are few, each tried where
         the one before does not hold; else dense. A dense curvature that would not fit in
         memory is refused before it is allocated.
@@ -113,13 +105,13 @@ class LaplaceMatching:
         latent coordinates).
     :param options: none: ``MCMC``'s own options (``num_warmup``, ``num_chains``,
         ``thinning``, ...) are refused with the reason
-        (:data:`~numpyro_lm.validation.MCMC_ONLY_OPTIONS`), others as unexpected.
+        (:data:`~numpyro_lm.checks.validation.MCMC_ONLY_OPTIONS`), others as unexpected.
     :param dict compiler_options: XLA options of the compiled programs. The default,
-        ``"auto"``, is ``FAST_COMPILE`` (two to four times faster to compile at about the same
-        speed for dense fits of small models) below
-        :data:`~numpyro_lm.programs.LARGE_MODEL` latent and observed numbers and XLA's
+        ``"auto"``, is ``FAST_COMPILE`` (faster to compile, at about the same speed, for dense
+        fits of small models) below
+        :data:`~numpyro_lm.runtime.programs.LARGE_MODEL` latent and observed numbers and XLA's
         defaults (``None``) above, and for the draws and the verdict's weights where they
-        evaluate :data:`~numpyro_lm.programs.HEAVY_PROGRAM` numbers or more; ``None`` also
+        evaluate :data:`~numpyro_lm.runtime.programs.HEAVY_PROGRAM` numbers or more; ``None`` also
         suits expensive log densities, nested fits and many refits.
     """
 
@@ -132,66 +124,21 @@ class LaplaceMatching:
                  fallback: Optional[str] = None, curvature: str = "auto", plate: Optional[str] = None, **options):
         refuse_mcmc_options(options)
         check_model(model)
-        check_settings(max_iter=max_iter, newton_max_dim=newton_max_dim, tol=tol, regularize=regularize,
-                       progress_bar=progress_bar)
-        if curvature not in CURVATURES:
-            raise ValueError(f"curvature must be one of {CURVATURES}, not {curvature!r}")
-        if refine is not None and curvature not in ("auto", "dense"):
-            raise ValueError(f"refine={refine!r} works in the dense curvature's eigenbasis (D x D), not with "
-                             f"curvature={curvature!r}: pass curvature='dense' (for models that fit in memory) or "
-                             "leave refine out.")
-        check_options(method=method, num_samples=num_samples, refine=refine, refine_num_samples=refine_num_samples,
-                      refine_max_iter=refine_max_iter, hyper=hyper, bases=bases, families=families,
-                      strategy=strategy, fallback=fallback, num_starts=num_starts)
-        self.model, self.num_samples, self.method, self.tol, self.max_iter = model, num_samples, method, tol, max_iter
-        self.regularize, self.newton_max_dim, self.progress_bar = regularize, newton_max_dim, progress_bar
-        self.refine, self.hyper, self.init_strategy = refine, hyper, init_strategy
-        self.refine_num_samples, self.refine_max_iter = refine_num_samples, refine_max_iter
-        self.compiler_options, self.strategy, self.fallback, self.num_starts = (compiler_options, strategy, fallback,
-                                                                                num_starts)
-        self.bases, self.families = dict(bases or {}), dict(families or {})
-        self.curvature, self.plate = curvature, plate
-        self._infos, self._static, self._result = {}, {}, None
+        self.options = checked_options(
+            num_samples=num_samples, bases=bases, families=families, init_strategy=init_strategy, method=method,
+            tol=tol, max_iter=max_iter, regularize=regularize, newton_max_dim=newton_max_dim,
+            progress_bar=progress_bar, refine=refine, hyper=hyper, refine_num_samples=refine_num_samples,
+            refine_max_iter=refine_max_iter, compiler_options=compiler_options, num_starts=num_starts,
+            strategy=strategy, fallback=fallback, curvature=curvature, plate=plate)
+        self.model = model
+        self._traced, self._result = TracedModels(model, self.options.bases, self.options.families), None
+
+    def __getattr__(self, name):  # the options as attributes, as MCMC has them (lm.num_samples, lm.progress_bar)
+        if name != "options" and name in Options._fields:
+            return getattr(self.options, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # ------------------------------------------------------------------- fitting
-
-    def _model_info(self, args, kwargs, batch_axes=None) -> ModelInfo:
-        """The traced model for these arguments (one trace per argument structure and shapes)."""
-        arrays, key = split_inputs((args, kwargs))
-        if batch_axes is not None:  # one data set's shapes
-            arrays = [jax.ShapeDtypeStruct(np.shape(a)[1:], a.dtype) if b else a for a, b in zip(arrays, batch_axes)]
-        cache = (key, shape_key(arrays))
-        if cache not in self._infos:
-            one_args, one_kwargs = merge_inputs(arrays, key)
-            self._infos[cache] = model_info(self.model, one_args, one_kwargs, bases=self.bases,
-                                            families=self.families)
-        return self._infos[cache]
-
-    def _inputs(self, args, kwargs):
-        """``(args, kwargs, info)``: the data arguments the model needs concretely kept static
-        (:mod:`numpyro_lm.static_data`, as ``MCMC`` closes over its data), the model traced."""
-        arrays, structure = split_inputs((args, kwargs))
-        key = (structure, shape_key(arrays))
-        static = self._static.get(key)
-        if static is None:
-            args, kwargs, info = static_where_needed(lambda a, k: self._model_info(a, k), tuple(args), dict(kwargs))
-            self._static[key] = static_positions(args, kwargs)
-            return args, kwargs, info
-        args, kwargs = mark_static(args, kwargs, static)
-        return args, kwargs, self._model_info(args, kwargs)
-
-    def _options(self, info: ModelInfo, curvature: str) -> FitOptions:
-        if curvature != "dense":  # structured Newton steps cost O(D): no L-BFGS warm start needed
-            method = "newton" if self.method == "auto" else self.method
-        else:
-            method = self.method if self.method != "auto" else ("newton" if info.size <= self.newton_max_dim
-                                                                  else "lbfgs")
-            why = {"dense": "curvature='dense' was asked for.",
-                   "auto": "no structured curvature (block-arrowhead, low-rank update) holds for it."}[self.curvature]
-            check_dense_memory(info.layout, jnp.dtype(jnp.result_type(float)).itemsize, why)
-        return FitOptions(method, self.tol, self.max_iter, self.regularize, self.refine, self.refine_num_samples,
-                          self.refine_max_iter, self.init_strategy, default_starts(info.size, self.num_starts),
-                          curvature, self.plate)
 
     def run(self, rng_key, *args, init_params: Optional[dict] = None, **kwargs) -> "LaplaceMatching":
         """Find the mode, the curvature and the matched posterior (draws come on request).
@@ -202,60 +149,14 @@ class LaplaceMatching:
         :param dict init_params: initial *constrained* values per site.
         """
         check_rng_key(rng_key)
-        args, kwargs, info = self._inputs(args, kwargs)
+        args, kwargs, info = self._traced.inputs(args, kwargs)
         check_init_params(init_params, info.layout)
-        common = dict(num_samples=self.num_samples,
-                      compiler_options=resolve_compiler_options(self.compiler_options, info.layout),
-                      progress_bar=self.progress_bar)
-        # MVI refinement works in the dense eigenbasis: refused by the memory guards where it would not fit
-        if self.refine is not None:
-            check_refine_memory(info.layout, self.refine, self.refine_num_samples,
-                                jnp.dtype(jnp.result_type(float)).itemsize)
-        candidates = ["dense"] if self.refine is not None else curvature_candidates(info.layout, self.curvature,
-                                                                                     self.plate)
-        try:
-            result = self._fit_candidates(info, candidates, rng_key, args, kwargs, init_params, common)
-        except Exception as error:
-            problem = observed_data_problem(info, args, kwargs)  # the data's fault, named, where it is
-            if problem is not None:
-                raise problem from error
-            raise
-        diagnostics = result.diagnostics()  # before the object changes: a failed call leaves it as it was
-        previous, self._result = self._result, result  # only a fit that passed its checks replaces the last one
-        if self.fallback is not None and not diagnostics["trusted"]:
-            try:
-                self._result = run_fallback(self, result, rng_key, args, kwargs, self.fallback)
-            except BaseException:
-                self._result = previous  # a failed call leaves the object as it was
-                raise
-            diagnostics = self._result.diagnostics()
+        result = self.options.fit(self.model, info, rng_key, args, kwargs, init_params)
+        self._result = result  # only a fit that passed its checks replaces the last one: a failed call changes nothing
+        diagnostics = result.diagnostics()
         if not diagnostics["trusted"]:  # silence is not an answer
             warnings.warn(f"LaplaceMatching: {diagnostics['verdict']}", NotTrustedWarning, stacklevel=2)
         return self
-
-    def _fit_candidates(self, info, candidates, rng_key, args, kwargs, init_params, common):
-        """The fit with the first curvature among ``candidates`` whose structure holds."""
-        for i, curvature in enumerate(candidates):
-            try:
-                return self._fit(info, self._options(info, curvature), rng_key, args, kwargs, init_params, common)
-            except StructureError:
-                # the structure does not hold at the fit (a plate's entries that interact, a
-                # likelihood of more than low rank): the next candidate, dense the last (where it
-                # fits in memory, else check_dense_memory says so)
-                if i == len(candidates) - 1:
-                    raise
-
-    def _fit(self, info, options: FitOptions, rng_key, args, kwargs, init_params, common):
-        """The fit ``run`` asks for (nested, the auto-pilot's or the joint one), its trail attached."""
-        trail = None
-        if self.hyper is not None:
-            result = run_nested(info, options, self.hyper, rng_key, args, kwargs, init_params, **common)
-        elif self.strategy == "auto" and self.refine is None:
-            result, trail = run_auto(info, options, rng_key, args, kwargs, init_params, **common)
-        else:
-            result = run_joint(info, options, rng_key, args, kwargs, init_params, **common)
-        result.trail = trail
-        return result
 
     def run_many(self, rng_key, *args, init_params: Optional[dict] = None, on_failure: str = "raise",
                  devices=None, batch_axes: Optional[tuple] = None, compiler_options: Optional[dict] = BATCH_COMPILE,
@@ -274,18 +175,18 @@ class LaplaceMatching:
             kwargs)``) are batched; default all.
         :param dict compiler_options: XLA options of the batch's programs (fit, draws,
             weights). The default, ``BATCH_COMPILE``, keeps LLVM's optimisations on: a
-            batch's run time grows with B, its compile time does not (on 1000 eight-schools
-            fits, half the run time of ``FAST_COMPILE`` at 1.5 times its compile time).
+            batch's run time grows with B, its compile time does not (``benchmarks/batch.py``
+            measures batches).
         """
         check_rng_key(rng_key)
-        if self.hyper is not None:
+        if self.hyper is not None:  # refused before any work
             raise ValueError("run_many fits joint Laplace approximations; nested fits (hyper=) are not batched "
                              "yet: call run() per data set.")
         if on_failure not in ("raise", "warn"):
             raise ValueError(f'on_failure must be "raise" or "warn", not {on_failure!r}')
         batch = batch_of(args, kwargs, batch_axes, devices)
         try:
-            info = self._model_info(args, kwargs, batch.axes)
+            info = self._traced.info(args, kwargs, batch.axes)
         except Exception as error:
             if not needs_concrete(error):
                 raise
@@ -294,16 +195,9 @@ class LaplaceMatching:
                              "run() per data set, or pass such values as Python numbers shared by the batch "
                              "(batch_axes=).") from error
         args, kwargs = pad_inputs(args, kwargs, batch)
-        if self.curvature == "lowrank":
-            raise ValueError("curvature='lowrank' fits one data set at a time: call run() per data set, or pass "
-                             "curvature='dense' or 'arrowhead' to run_many.")
-        # a batch shares one program: the first curvature that does not need the model's prior per data set
-        curvature = next(c for c in curvature_candidates(info.layout, self.curvature, self.plate) if c != "lowrank")
-        result = run_joint(info, self._options(info, curvature), rng_key, args, kwargs,
-                           None if init_params is None else pad(init_params, batch), num_samples=self.num_samples,
-                           compiler_options=compiler_options, progress_bar=self.progress_bar, batch=batch,
-                           on_failure=on_failure)
-        self._result = result
+        self._result = self.options.fit_batch(info, batch, rng_key, args, kwargs,
+                                              None if init_params is None else pad(init_params, batch),
+                                              compiler_options, on_failure)
         return self
 
     # ------------------------------------------------------------------- results
@@ -318,7 +212,7 @@ class LaplaceMatching:
         r"""Constrained joint draws ``{site: array}``, as :meth:`numpyro.infer.MCMC.get_samples`.
 
         Each latent coordinate follows its matched family and coordinates keep the Laplace
-        correlations (Gaussian copula, :mod:`numpyro_lm.copula`). ``num_samples``: another
+        correlations (Gaussian copula, :mod:`numpyro_lm.posterior.copula`). ``num_samples``: another
         number of draws from the same key (the first ones are shared). ``resample="psis"``:
         Pareto smoothed importance resampling towards the posterior (refused where k-hat >
         0.7). After :meth:`run_many` every array has a leading axis of size B.
@@ -346,15 +240,13 @@ class LaplaceMatching:
     def to_inference_data(self, **kwargs):
         """ArviZ ``InferenceData`` (:func:`numpyro_lm.inference_data.to_inference_data`);
         ``az.from_numpyro(lm)`` gives the same posterior, sample_stats and log_likelihood."""
-        from .inference_data import to_inference_data
-
         self._require()
         return to_inference_data(self, **kwargs)
 
     @property
     def num_chains(self) -> int:
         """The pseudo-chains the independent draws are grouped into
-        (:func:`numpyro_lm.random.num_pseudo_chains`): ``get_samples(group_by_chain=True)``
+        (:func:`numpyro_lm.runtime.random.num_pseudo_chains`): ``get_samples(group_by_chain=True)``
         has this leading axis, and ``az.from_numpyro`` reads it as MCMC's. A fit the
         auto-pilot handed to NUTS has NUTS's one chain."""
         if self._fell_back_to_nuts():
@@ -383,12 +275,12 @@ class LaplaceMatching:
 
     @property
     def state(self):
-        """The :class:`~numpyro_lm.laplace.LaplaceState` of a joint fit (``None`` for a nested one)."""
+        """The :class:`~numpyro_lm.mode.laplace_state.LaplaceState` of a joint fit (``None`` for a nested one)."""
         return self._result_part(getattr(self._require(), "state", None))
 
     @property
     def model_info(self) -> ModelInfo:
-        """The traced model (:class:`~numpyro_lm.model.ModelInfo`)."""
+        """The traced model (:class:`~numpyro_lm.core.model.ModelInfo`)."""
         return self._require().info
 
     @property
@@ -398,7 +290,7 @@ class LaplaceMatching:
 
     @property
     def design(self):
-        """The nested Laplace design (:class:`~numpyro_lm.nested.NestedDesign`), or ``None``."""
+        """The nested Laplace design (:class:`~numpyro_lm.approximations.nested.NestedDesign`), or ``None``."""
         return getattr(self._require(), "design", None)
 
     @property

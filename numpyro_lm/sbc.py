@@ -29,8 +29,11 @@ from numpyro import handlers
 from numpyro.infer import Predictive
 from scipy import stats
 
+from .checks.validation import check_count, check_model, check_rng_key
+from .core.trace import observed_site_names
 from .inference_data import unobserved
-from .programs import FAST_COMPILE
+from .matching import LaplaceMatching
+from .runtime.programs import FAST_COMPILE
 
 __all__ = ["SBCResult", "sbc", "rank_ecdf_band"]
 
@@ -172,9 +175,6 @@ def sbc(model, *args, num_datasets: int = 200, rng_key=None, num_samples: int = 
     :returns: :class:`SBCResult`; ``print(result)`` tells whether the model is calibrated,
         ``result.plot()`` shows where it is not.
     """
-    from .inference_data import _observed_names
-    from .matching import LaplaceMatching
-    from .validation import check_count, check_model, check_rng_key
 
     check_model(model)
     if rng_key is not None:
@@ -184,7 +184,7 @@ def sbc(model, *args, num_datasets: int = 200, rng_key=None, num_samples: int = 
 
     key_prior, key_fit = jax.random.split(jax.random.PRNGKey(0) if rng_key is None else rng_key)
     trace = handlers.trace(handlers.seed(model, 0)).get_trace(*args, **kwargs)
-    observed = _observed_names(trace)
+    observed = observed_site_names(trace)
     if not observed:
         raise ValueError("sbc needs observed sites to simulate: call it with the model's data arguments (their "
                          "values are replaced by simulations; only their shapes matter).")

@@ -13,7 +13,7 @@ import numpyro.distributions as dist
 import pytest
 
 from numpyro_lm import LaplaceMatching
-from numpyro_lm.batch import batch_of
+from numpyro_lm.runtime.batch import batch_of
 
 pytestmark = pytest.mark.usefixtures("x64")
 KEY = jax.random.PRNGKey(0)

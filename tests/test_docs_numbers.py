@@ -41,14 +41,14 @@ SD_CLAIM = re.compile(rf"{START}({NUM})(?:-({NUM}))?\s+(?:(?:NUTS|posterior|refe
 ALLOWED = {
     ("nested.md", "0.2 posterior SDs"): "the stencil's step, a constant of nested/search.py",
     ("nested.md", "10 SDs"): "the lattice's extent, MAX_HALF in nested/design.py",
-    ("nested.md", "0.1 reference SD"): "tests/test_nested.py's tolerance for the means",
+    ("nested.md", "0.1 reference SD"): "tests/approximations/test_nested.py's tolerance for the means",
     ("nested.md", "5x"): "the goal set for the first call, not a measurement",
     ("nested.md", "50x"): "the goal set for compiled fits, not a measurement",
     ("from_nuts.md", "1e-3 posterior SDs"): "the float32 Newton tolerance (optimize.py)",
     ("trust.md", "0.07 SD"): "the verdict's shift threshold, SHIFT_TRUSTED in verdict.py",
     ("trust.md", "3 SDs"): "a second mode's distance threshold, MODE_DISTANCE in verdict.py",
     ("theory.md", "0.26 SD"): "closed form: a skew-normal(2)'s mode lies 0.26 SD below its mean",
-    ("theory.md", "0.1 SD"): "tests/test_diagnostics.py's tolerance for the resampled mean",
+    ("theory.md", "0.1 SD"): "tests/checks/test_psis.py's tolerance for the resampled mean",
     ("samplers.md", "0.26 SD"): "closed form: a skew-normal(2)'s mode lies 0.26 SD below its mean",
 }
 

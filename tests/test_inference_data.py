@@ -13,7 +13,7 @@ import pytest
 
 from numpyro_lm import LaplaceMatching
 from numpyro_lm.inference_data import model_dims, unobserved
-from numpyro_lm.random import num_pseudo_chains
+from numpyro_lm.runtime.random import num_pseudo_chains
 
 matplotlib.use("Agg")
 

@@ -7,7 +7,7 @@ import numpyro.distributions as dist
 import pytest
 
 from numpyro_lm import LaplaceMatching
-from numpyro_lm.validation import MCMC_ONLY_OPTIONS
+from numpyro_lm.checks.validation import MCMC_ONLY_OPTIONS
 
 Y = np.arange(5.0)
 

@@ -1,7 +1,7 @@
 """Curvature: the precision of a Laplace Gaussian as data with operations (see :mod:`.base`)."""
 
-from .base import Curvature, Gaussian, covariance, eigenvalue_range, singular_floor
 from .arrowhead import ArrowheadCurvature
+from .base import Curvature, Gaussian, covariance, eigenvalue_range, singular_floor
 from .dense import CholeskyCurvature, DenseCurvature
 from .diagonal import DiagonalCurvature
 from .lowrank import LowRankUpdateCurvature

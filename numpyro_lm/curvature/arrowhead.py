@@ -34,7 +34,7 @@ Where :math:`H` is not positive definite (some :math:`A_j` or :math:`S` is not),
 mode search in the spirit of the saddle-free Newton step of the dense case.
 
 The block algebra vectorises over the :math:`J` blocks (column loops of array operations:
-:func:`numpyro_lm.linalg.cholesky_columns`), never one LAPACK call per block.
+:func:`numpyro_lm.curvature.linalg.cholesky_columns`), never one LAPACK call per block.
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ..linalg import cholesky_columns, substitution
 from .base import power_extremes
+from .linalg import cholesky_columns, substitution
 
 __all__ = ["ArrowheadCurvature", "arrowhead_factor", "modified_factor", "absolute_blocks", "arrowhead_matvec"]
 

@@ -36,6 +36,7 @@ from typing import NamedTuple, Protocol, runtime_checkable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from ..runtime.random import normal_rows
 
 __all__ = ["Curvature", "Gaussian", "covariance", "singular_floor", "eigenvalue_range", "power_extremes"]
 
@@ -130,9 +131,7 @@ class Gaussian(NamedTuple):
         return self.curvature.precision
 
     def sample(self, rng_key, num_samples: int):
-        """``(num_samples, D)`` draws, reproducible from ``rng_key`` (see :func:`numpyro_lm.random.normal_rows`)."""
-        from ..random import normal_rows
-
+        """``(num_samples, D)`` draws, reproducible from ``rng_key`` (see :func:`numpyro_lm.runtime.random.normal_rows`)."""
         eps = normal_rows(rng_key, num_samples, self.mean.shape[-1:], self.mean.dtype)
         return self.mean + self.curvature.inv_sqrt(eps)
 

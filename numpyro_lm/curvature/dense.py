@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 
-from ..linalg import cholesky, eigh, solve_triangular
+from .linalg import cholesky, eigh, solve_triangular
 
 from .base import singular_floor
 

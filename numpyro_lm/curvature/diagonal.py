@@ -1,6 +1,6 @@
 r"""Diagonal curvature with an optional dense block: independent coordinates but for a few.
 
-The summary of a large nested fit (:mod:`numpyro_lm.nested`): its mixture over the
+The summary of a large nested fit (:mod:`numpyro_lm.approximations.nested`): its mixture over the
 hyperparameters is kept for draws and weights, and each coordinate's mean and variance
 (:math:`p_i = 1/\mathrm{Var}(x_i)`) feed the matched families; the few coordinates of
 sites matched per event vector (a vector of fixed effects, a Dirichlet) keep their joint

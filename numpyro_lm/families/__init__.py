@@ -1,27 +1,16 @@
 """Matched families of Laplace Matching: one module per (family, basis).
 
-Each module registers a :class:`~numpyro_lm.families.base.MatchedFamily`;
+Each module registers a :class:`~numpyro_lm.families.registry.MatchedFamily`;
 ``get_family(name, basis)`` finds it. Registering a new family needs no change elsewhere.
 """
 
-from .base import (
-    MatchedFamily,
-    family_bases,
-    family_for_prior,
-    family_names,
-    get_family,
-    register_family,
-    register_prior_family,
-)
 from .beta import beta_logit
-from .dirichlet import (
-    dirichlet_from_zero_sum_gaussian,
-    dirichlet_softmax,
-    dirichlet_to_zero_sum_gaussian,
-)
+from .dirichlet import dirichlet_from_zero_sum_gaussian, dirichlet_softmax, dirichlet_to_zero_sum_gaussian
 from .gamma import chi2_log, chi2_sqrt, exponential_log, exponential_sqrt, gamma_log, gamma_sqrt
 from .inverse_gamma import inverse_gamma_log, inverse_gamma_sqrt
 from .normal import gaussian, normal
+from .registry import (MatchedFamily, family_bases, family_for_prior, family_names, get_family, register_family,
+                       register_prior_family)
 from .wishart import inverse_wishart_logm, inverse_wishart_sqrtm, wishart_logm, wishart_sqrtm
 
 __all__ = [

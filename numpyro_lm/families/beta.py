@@ -17,9 +17,9 @@ import jax.numpy as jnp
 from jax.scipy.special import betaln
 import numpyro.distributions as dist
 
-from ..quantiles import beta_logit_quantile
-from ..random import host_log_gamma
-from .base import MatchedFamily, register_family, register_prior_family
+from ..runtime.random import host_log_gamma
+from .quantiles import beta_logit_quantile
+from .registry import MatchedFamily, register_family, register_prior_family
 
 __all__ = ["beta_logit"]
 

@@ -28,10 +28,10 @@ import numpyro.distributions as dist
 from jax.scipy.special import gammaln
 from numpyro.distributions.transforms import ZeroSumTransform
 
-from ..bridge import dirichlet_from_zero_sum_gaussian, lb_norm
-from ..random import log_gamma
+from ..runtime.random import log_gamma
+from .laplace_bridge import dirichlet_from_zero_sum_gaussian, lb_norm
 
-from .base import MatchedFamily, register_family, register_prior_family
+from .registry import MatchedFamily, register_family, register_prior_family
 
 __all__ = [
     "dirichlet_softmax",

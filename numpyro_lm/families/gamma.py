@@ -37,9 +37,9 @@ import numpy as np
 import numpyro.distributions as dist
 from jax.scipy.special import gammaln
 
-from ..quantiles import gamma_log_quantile
-from ..random import host_log_gamma
-from .base import MatchedFamily, register_family, register_prior_family
+from ..runtime.random import host_log_gamma
+from .quantiles import gamma_log_quantile
+from .registry import MatchedFamily, register_family, register_prior_family
 
 __all__ = [
     "gamma_log", "gamma_sqrt", "exponential_log", "exponential_sqrt", "chi2_log", "chi2_sqrt",

@@ -26,9 +26,9 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpyro.distributions as dist
 
-from ..quantiles import gamma_log_quantile
-from .base import register_prior_family
 from .gamma import positive_family
+from .quantiles import gamma_log_quantile
+from .registry import register_prior_family
 
 __all__ = ["inverse_gamma_log", "inverse_gamma_sqrt", "inverse_gamma_sqrt_seeds_forward"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpyro.distributions as dist
 
-from .base import MatchedFamily, register_family, register_prior_family
+from .registry import MatchedFamily, register_family, register_prior_family
 
 __all__ = ["normal", "gaussian"]
 

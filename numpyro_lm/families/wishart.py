@@ -31,7 +31,7 @@ inverse Wishart row of their Table 2 prints ``log(1/((nu+p-1) Psi))`` and
 ``nu = tr(Sigma)/(2 pi^2) - p + 1`` (typos of ``logm(Psi/(nu+p-1))`` and
 ``nu = 2p^2/tr(Sigma) - p + 1``). :func:`wishart_logm_seeds` and
 :func:`inverse_wishart_logm_seeds` keep their (corrected) closed forms;
-``tests/test_wishart.py`` measures how far each closed form is from the exact map.
+``tests/families/test_wishart.py`` measures how far each closed form is from the exact map.
 """
 
 from __future__ import annotations
@@ -44,11 +44,11 @@ import numpy as np
 import numpyro.distributions as dist
 from numpyro.distributions.util import matrix_to_tril_vec, vec_to_tril_matrix
 
-from ..bases import SymmetricMatrixExpTransform, SymmetricMatrixSquareTransform
 from ..curvature import covariance
-from ..laplace import laplace
-from ..random import log_gamma, normal_rows
-from .base import MatchedFamily, register_family, register_prior_family
+from ..mode.laplace_state import laplace
+from ..runtime.random import log_gamma, normal_rows
+from .bases import SymmetricMatrixExpTransform, SymmetricMatrixSquareTransform
+from .registry import MatchedFamily, register_family, register_prior_family
 
 __all__ = [
     "wishart_logm",

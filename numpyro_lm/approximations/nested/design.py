@@ -1,0 +1,311 @@
+"""The integration design over the hyperparameters: a lattice (up to three coordinates) or a
+central composite design (four to ten), with the weights and conditionals at its points.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Callable, NamedTuple
+
+import jax
+import numpy as np
+
+from ...core.structure import MAX_CCD_DIM
+from .search import ModeSearch
+
+__all__ = ["LATTICE", "MAX_HALF", "CCD_F0", "BATCH", "CELL_BOUND", "NestedDesign", "lattice",
+           "cell_moments", "cell_draws", "ccd_points", "integrate"]
+
+# (step, log-density drop) of the lattice in standardised units, by dimension
+LATTICE = {1: (0.5, 8.0), 2: (0.75, 9.0), 3: (1.0, 10.5)}
+# ... for large models, where each point is an expensive inner fit (marginal.coarse): the
+# cells' local quadratics integrate a near-Gaussian marginal as well at twice the step
+LATTICE_COARSE = {1: (1.0, 8.0), 2: (1.0, 9.0), 3: (1.25, 10.5)}
+MAX_HALF = 10.0  # the lattice's extent, standardised units from the mode
+CCD_F0 = 1.1
+BATCH = 8  # inner fits per compiled call (one program for the stencil, the line search and the design)
+CELL_BOUND = 20.0  # |g| h and c h^2 of a lattice cell's log density (cell_moments is exact below)
+
+
+class NestedDesign(NamedTuple):
+    """The integration design over the hyperparameters and the conditionals at its points."""
+
+    kind: str  # "lattice" or "ccd"
+    theta_index: np.ndarray  # flat coordinates of the hyperparameters
+    x_index: np.ndarray  # flat coordinates of the other latents
+    mode: np.ndarray  # theta*, basis coordinates
+    scale: np.ndarray  # V Lambda^-1/2: theta = mode + scale @ z
+    step: float  # lattice step (0 for a CCD)
+    sigma: np.ndarray  # (d, 2) split-normal scales (minus, plus) of a CCD's draws (ones on a lattice)
+    z: np.ndarray  # (K, d) standardised design points
+    theta: np.ndarray  # (K, d)
+    log_weights: np.ndarray  # (K,) normalised
+    x_mode: np.ndarray  # (K, Dx) conditional modes
+    x_mean: np.ndarray  # (K, Dx) conditional means: the modes moved by mean_shift
+    x_cov: np.ndarray  # (K, Dx, Dx) conditional covariances (None where they are structured)
+    x_slope: np.ndarray  # (K, Dx, d) d x_mean / d z: x | theta ~ N(x_mean_k + slope_k (z - z_k), x_cov_k)
+    cell_slope: np.ndarray  # (K, d) lattice: log p~ inside the cell is g.u - sum c u^2 / 2, u = z - z_k
+    cell_curvature: np.ndarray  # (K, d) (zeros for a CCD)
+    point_params: dict  # {site: matched family params (K, ...)} of the quantile sites' conditionals
+    uncoupled: np.ndarray  # (Dx,) coordinates with no conditional precision to any other
+    edge_mass: float  # weight of the design's edge (lattice)
+    num_outer_iter: int
+    num_evaluations: int  # inner Laplace fits, the mode search's included
+    x_var: np.ndarray = None  # (K, Dx) conditional variances
+    x_curvature: object = None  # the K conditional precisions where structured (host arrays), else None
+
+
+def _neighbours(point):
+    d = len(point)
+    return [point[:a] + (point[a] + s,) + point[a + 1 :] for a, s in itertools.product(range(d), (-1, 1))]
+
+
+def lattice(marginal: Callable, mode, scale, x_mode, coarse: bool = False, batch: int = BATCH):
+    """Explore the lattice outwards from the mode (module docstring); ``coarse``: the coarser steps
+    of large models (:data:`LATTICE_COARSE`); ``batch``: the inner fits ``marginal`` makes per call.
+
+    Returns ``(step, z (K, d), PointFits of the K points, on-edge mask (K,))``.
+    """
+    d = mode.size
+    step, drop = (LATTICE_COARSE if coarse else LATTICE)[d]
+    limit = int(round(MAX_HALF / step))
+    points, waves, modes = [], [], {}
+    wave, starts = [(0,) * d], [np.asarray(x_mode)]
+    top = -np.inf
+    while wave:
+        z = np.array(wave, np.float64) * step
+        fits = marginal(mode + z @ scale.T, np.stack(starts), True)
+        points += wave
+        waves.append(fits)
+        logp = np.asarray(fits.log_density, np.float64)
+        top = max(top, float(np.max(logp)))
+        following = {}
+        for i, point in enumerate(wave):
+            modes[point] = fits.x[i]
+        for i, point in enumerate(wave):
+            if not logp[i] >= top - drop:  # below the cut (or not finite): not expanded
+                continue
+            for n in _neighbours(point):
+                if max(abs(c) for c in n) <= limit and n not in modes and n not in following:
+                    # warm start: x* extrapolated linearly from this point and the one behind it
+                    behind = modes.get(tuple(2 * p - q for p, q in zip(point, n)))
+                    x = fits.x[i]
+                    following[n] = x if behind is None or not np.all(np.isfinite(behind)) else 2 * x - behind
+        # fill the last batch of inner fits with the next ring out (free: padding otherwise)
+        ring = list(following.items())
+        room = -len(following) % batch
+        while room and ring:
+            ahead = {}
+            for point, x in ring:
+                for n in _neighbours(point):
+                    if (len(ahead) < room and max(abs(c) for c in n) <= limit and n not in modes
+                            and n not in following and n not in ahead):
+                        ahead[n] = x
+            following.update(ahead)
+            ring, room = list(ahead.items()), room - len(ahead)
+        wave, starts = list(following), list(following.values())
+    fits = jax.tree.map(lambda *a: np.concatenate(a), *waves)
+    finite = {p: i for i, (p, lp) in enumerate(zip(points, fits.log_density)) if np.isfinite(lp)}
+    edge = np.array([any(n not in finite for n in _neighbours(p)) for p in points])
+    slopes = _lattice_slopes(points, finite, fits.x + fits.shift, step)
+    shape = _cell_shapes(points, finite, np.asarray(fits.log_density, np.float64), step)
+    return step, np.array(points, np.float64) * step, fits, edge, slopes, shape
+
+
+def _along(finite, point, axis, k):
+    """Index of the finite lattice point ``k`` steps from ``point`` along ``axis`` (or None)."""
+    return finite.get(point[:axis] + (point[axis] + k,) + point[axis + 1 :])
+
+
+def _lattice_slopes(points, finite, x, step):
+    """``(K, Dx, d)`` derivatives of the conditional means in ``z``: central differences
+    between a point's lattice neighbours, one-sided where one is missing, zero if both are."""
+    d = len(points[0])
+    slopes = np.zeros(x.shape + (d,))
+    for i, p in enumerate(points):
+        for a in range(d):
+            up, down = _along(finite, p, a, 1), _along(finite, p, a, -1)
+            if up is not None and down is not None:
+                slopes[i, :, a] = (x[up] - x[down]) / (2 * step)
+            elif up is not None:
+                slopes[i, :, a] = (x[up] - x[i]) / step
+            elif down is not None:
+                slopes[i, :, a] = (x[i] - x[down]) / step
+    return slopes
+
+
+def _cell_shapes(points, finite, logp, step):
+    """``(g, c)``, each ``(K, d)``: gradient and curvature of ``log p~`` in ``z`` at each point.
+
+    Along each axis, the quadratic through the point and its two neighbours, or where one
+    is missing (the design's edge) through the point and the next two on the other side,
+    or the line through two points: exact for a Gaussian marginal. The curvature is
+    floored at zero (a convex stretch is drawn from its tangent) and both are bounded
+    (``|g| h <= 20``, ``c h^2 <= 20``) so that :func:`cell_moments` stays exact; the same
+    values define the draws' density.
+    """
+    d = len(points[0])
+    g, c = np.zeros((len(points), d)), np.zeros((len(points), d))
+    for i, p in enumerate(points):
+        for a in range(d):
+            up, down = _along(finite, p, a, 1), _along(finite, p, a, -1)
+            if up is not None and down is not None:
+                g[i, a] = (logp[up] - logp[down]) / (2 * step)
+                c[i, a] = -(logp[up] - 2 * logp[i] + logp[down]) / step**2
+                continue
+            side = 1 if up is not None else -1
+            near, far = _along(finite, p, a, side), _along(finite, p, a, 2 * side)
+            if near is None:
+                continue
+            if far is not None:
+                c[i, a] = -(logp[far] - 2 * logp[near] + logp[i]) / step**2
+            # f(s h) = f(0) + g s h - c h^2 / 2
+            g[i, a] = side * ((logp[near] - logp[i]) / step + 0.5 * c[i, a] * step)
+    bound = CELL_BOUND / step
+    return np.clip(g, -bound, bound), np.clip(c, 0.0, bound / step)
+
+
+_GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(24)
+
+
+def cell_moments(g, c, step):
+    r"""Log mass, mean and variance of ``u`` on ``[-h/2, h/2]`` under :math:`e^{g u - c u^2/2}`.
+
+    Each ``(..., d)``; by 24-point Gauss-Legendre quadrature, exact to rounding for
+    ``|g| h, c h^2 <= 20`` (the integrand is entire; the error term is of order
+    :math:`(|g|h/2)^{48}/48!`). ``g = c = 0`` gives ``log h``, ``0``, ``h^2/12``.
+    """
+    u = 0.5 * step * _GL_NODES
+    log_f = g[..., None] * u - 0.5 * c[..., None] * u**2 + np.log(0.5 * step * _GL_WEIGHTS)
+    top = np.max(log_f, axis=-1, keepdims=True)
+    f = np.exp(log_f - top)
+    mass = np.sum(f, axis=-1)
+    mean = np.sum(f * u, axis=-1) / mass
+    var = np.maximum(np.sum(f * u**2, axis=-1) / mass - mean**2, 0.0)
+    return np.log(mass) + top[..., 0], mean, var
+
+
+def cell_draws(rng: np.random.Generator, g, c, step):
+    r"""``u`` on ``[-h/2, h/2]`` with density :math:`\propto e^{g u - c u^2/2}` (``c >= 0``), elementwise.
+
+    Inverse CDF of the tangent :math:`e^{g u}`, then rejection with probability
+    :math:`1 - e^{-c u^2/2}` (acceptance at least :math:`e^{-c h^2/8}`).
+    """
+    g, c = np.asarray(g, np.float64), np.asarray(c, np.float64)
+    u = np.empty(g.shape)
+    todo = np.ones(g.shape, bool)
+    while np.any(todo):
+        gt, ct = g[todo], c[todo]
+        v = rng.uniform(size=gt.shape)
+        a = 0.5 * gt * step
+        with np.errstate(divide="ignore", invalid="ignore"):
+            tilted = np.logaddexp(np.log1p(-v) - a, np.log(v) + a) / gt
+        new = np.where(np.abs(a) < 1e-8, (v - 0.5) * step, tilted)
+        new = np.clip(new, -0.5 * step, 0.5 * step)
+        accept = rng.uniform(size=gt.shape) <= np.exp(-0.5 * ct * new**2)
+        idx = np.flatnonzero(todo)
+        u.flat[idx[accept]] = new[accept]
+        todo.flat[idx[accept]] = False
+    return u
+
+
+def _least_squares_slope(z, x):
+    """``(Dx, d)``: the slope of the conditional means' least-squares plane over the design."""
+    design = np.concatenate([np.ones((len(z), 1)), z], axis=1)
+    coef = np.linalg.lstsq(design, x, rcond=None)[0]
+    return coef[1:].T
+
+
+def _factorial(d: int) -> np.ndarray:
+    """Two-level design: full for ``d <= 4``, else the half fraction ``x_d = x_1 ... x_{d-1}``
+    (resolution ``d``, so main effects and two-factor interactions stay unconfounded)."""
+    if d <= 4:
+        return np.array(list(itertools.product((-1.0, 1.0), repeat=d)))
+    base = np.array(list(itertools.product((-1.0, 1.0), repeat=d - 1)))
+    return np.concatenate([base, np.prod(base, axis=1, keepdims=True)], axis=1)
+
+
+def ccd_points(d: int):
+    """``(z (K, d), log volume (K,))`` of the central composite design (module docstring)."""
+    if d > MAX_CCD_DIM:
+        raise ValueError(
+            f"nested Laplace integrates over at most {MAX_CCD_DIM} hyperparameter coordinates "
+            f"(a central composite design); {d} were given. Choose fewer hyper= sites."
+        )
+    r = CCD_F0 * math.sqrt(d)
+    star = np.concatenate([np.eye(d), -np.eye(d)]) * r
+    outer = np.concatenate([star, CCD_F0 * _factorial(d)])
+    z = np.concatenate([np.zeros((1, d)), outer])
+    # volumes c_k / phi(z_k): integrate N(0, I)'s mass and second moments exactly, with
+    # c = 1 - 1/f0^2 at the centre and 1/(K f0^2) at each of the K others
+    log_volume = np.full(len(z), 0.5 * r**2 - math.log(len(outer)) - 2 * math.log(CCD_F0))
+    log_volume[0] = math.log(1.0 - CCD_F0**-2)
+    return z, log_volume
+
+
+def _split_normal_scales(z, logp):
+    """``(d, 2)`` scales ``r / sqrt(2 drop)`` from the star points (minus, plus side)."""
+    d = z.shape[1]
+    r = CCD_F0 * math.sqrt(d)
+    sigma = np.ones((d, 2))
+    for i in range(d):
+        for side, row in ((0, 1 + d + i), (1, 1 + i)):
+            fall = logp[0] - logp[row]
+            if not fall > 0:
+                raise ValueError(
+                    "the hyperparameters' Laplace marginal does not fall off from its mode along "
+                    f"standardised axis {i} (log density drop {fall:.3g} at {r:.2f} SDs); the marginal "
+                    "may be multimodal or improper. Choose fewer hyper= sites or better priors."
+                )
+            # a support edge (drop = inf) still leaves a tenth of the Gaussian's spread
+            sigma[i, side] = float(np.clip(r / np.sqrt(2 * fall), 0.1, 10.0))
+    return sigma
+
+
+def integrate(marginal: Callable, search: ModeSearch, theta_index, x_index, slope_cols, coarse: bool = False,
+              batch: int = BATCH):
+    """The :class:`NestedDesign` around the mode of the hyperparameters' marginal (``coarse``,
+    ``batch``: :func:`lattice`'s).
+
+    ``slope_cols (Dx,)``: the coordinates whose conditional mean follows ``theta`` linearly
+    between design points (those drawn from their conditional Gaussians).
+    """
+    mode, x_mode = search.theta, search.x
+    d = mode.size
+    eigval, eigvec = np.linalg.eigh(search.precision)
+    scale = eigvec / np.sqrt(eigval)
+    sigma = np.ones((d, 2))
+    if d in LATTICE:
+        kind = "lattice"
+        step, z, fits, edge, slopes, (g, c) = lattice(marginal, mode, scale, x_mode, coarse, batch)
+        # the cell's mass: log p~ at the point times the integral of its local quadratic
+        log_w = np.asarray(fits.log_density, np.float64) + np.sum(cell_moments(g, c, step)[0] - np.log(step), 1)
+    else:
+        kind, step = "ccd", 0.0
+        z, log_volume = ccd_points(d)
+        fits = marginal(mode + z @ scale.T, np.broadcast_to(np.asarray(x_mode), (len(z),) + np.shape(x_mode)), True)
+        logp = np.asarray(fits.log_density, np.float64)
+        sigma = _split_normal_scales(z, logp)
+        log_w = logp + log_volume
+        edge = np.zeros(len(z), bool)
+        finite = np.isfinite(logp)
+        slope = _least_squares_slope(z[finite], np.asarray(fits.x + fits.shift, np.float64)[finite])
+        slopes = np.broadcast_to(slope, (len(z),) + slope.shape)
+        g = c = np.zeros_like(z)
+    ok = np.isfinite(log_w) & np.all(np.isfinite(fits.var), axis=1)
+    log_w = np.where(ok, log_w, -np.inf)
+    log_w = log_w - (np.max(log_w) + np.log(np.sum(np.exp(log_w - np.max(log_w)))))
+    w = np.exp(log_w)
+    keep = log_w > np.log(1e-12)  # points that carry no mass
+    kept = jax.tree.map(lambda a: np.asarray(a)[keep], fits)
+    return NestedDesign(
+        kind=kind, theta_index=theta_index, x_index=x_index, mode=mode, scale=scale, step=step, sigma=sigma,
+        z=z[keep], theta=mode + z[keep] @ scale.T, log_weights=log_w[keep] - np.log(np.sum(w[keep])),
+        x_mode=np.asarray(kept.x, np.float64), x_mean=np.asarray(kept.x + kept.shift, np.float64),
+        x_cov=None if kept.cov is None else np.asarray(kept.cov, np.float64),
+        x_slope=np.asarray(slopes)[keep] * slope_cols[:, None], cell_slope=g[keep], cell_curvature=c[keep],
+        point_params=kept.params, uncoupled=np.all(kept.uncoupled, axis=0), edge_mass=float(np.sum(w[edge])),
+        num_outer_iter=search.num_iter, num_evaluations=search.num_evaluations + len(z),
+        x_var=np.asarray(kept.var, np.float64), x_curvature=kept.curvature,
+    )

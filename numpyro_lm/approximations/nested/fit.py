@@ -1,0 +1,353 @@
+"""Running a nested Laplace fit: inner fits in compiled batches, the outer design on the host.
+
+:func:`run_nested` splits the flat coordinates into the hyperparameters' and the rest,
+compiles the inner step for a batch of points (:mod:`.inner`: conditional fits, mean shifts,
+matched normalisers) once per model and shapes, searches the mode of the hyperparameters' Laplace
+marginal (:mod:`.search`), lays the integration design around it (:mod:`.design`) and
+matches each site's family to the mixture's moments (:mod:`.mixture`). No joint fit is
+made. Nested fits are for one data set: ``run_many`` refuses them.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ...checks.errors import FitChecks, check_fit
+from ...core.curvature_choice import StructureError, check_dense_memory, structure_message
+from ...core.starts import origin_point
+from ...core.structure import MAX_CCD_DIM, hyper_sites
+from ...core.trace import is_elementwise, site_values
+from ...curvature import DenseCurvature, DiagonalCurvature, Gaussian
+from ...families import get_family
+from ...marginal.conditional import (conditional_fit, conditional_hessian, matched_normaliser, mean_shift,
+                                     point_params, quantile_sites, structured_mean_shift)
+from ...marginal.laplace_marginal import scalar_blocks
+from ...mode.hessian import DenseHessian, structure_tol
+from ...posterior.marginals import finite_params, matched_params
+from ...runtime.programs import in_float64, program
+from ...runtime.progress import progress
+from ...runtime.random import host_generator
+from ..joint_fit import FitOptions, constrained, initial_point, log_densities
+from ..result import Result, verdict_draws
+from .design import BATCH, NestedDesign, ccd_points, integrate
+from .mixture import draw, mixture_block, mixture_moments, mixture_variances
+from .search import ModeSearch, NonFiniteStart, explore
+
+__all__ = ["NestedResult", "Coordinates", "nested_coordinates", "MarginalAtPoints", "design_draws", "run_nested"]
+
+
+def _inner(info, tol, max_iter, theta_index: tuple, gaussian_cols: tuple, curvature: str, plate, thetas, x0s,
+           with_shift, args, kwargs):
+    """The inner fits at a batch of points (the program :func:`run_nested` compiles)."""
+    hessian = conditional_hessian(info.layout, theta_index, curvature, plate)
+    layout, theta_index, gaussian_cols = info.layout, np.asarray(theta_index), np.asarray(gaussian_cols, bool)
+
+    def neg(theta, x):
+        return -info.log_density(site_values(layout, theta_index, theta, x), args, kwargs)
+
+    def at(theta):  # the strategy at theta (the low-rank update needs the prior there)
+        return hessian.bind(lambda x: -info.log_prior(site_values(layout, theta_index, theta, x), args, kwargs))
+
+    # one point after another (lax.map), not vmap: a point's fit compiles without the batching
+    # transformation (a quarter less compile time of a nested fit, the same run time), and
+    # each point's Newton iterations stop when it converges
+    fits, curvature = lax.map(lambda tx: conditional_fit(neg, tx[0], tx[1], tol, max_iter, at(tx[0])), (thetas, x0s))
+    shift = jnp.zeros_like(fits.x)
+    if scalar_blocks(hessian):
+        # the globals' shift enters the Laplace marginal too (structured_mean_shift); on the
+        # design's points only (a 10^5-group fit's shifts cost as much as its inner fits): the
+        # mode search centres the lattice without it, the lattice's weights carry it
+        def shifts_and_gains():
+            shift, gain = lax.map(lambda a: structured_mean_shift(neg, *a, at(a[0]), with_gain=True),
+                                  (thetas, fits.x, curvature))
+            return jnp.where(gaussian_cols, shift, 0.0), gain
+
+        shift, gain = lax.cond(with_shift, shifts_and_gains, lambda: (shift, jnp.zeros_like(fits.log_density)))
+        fits = fits._replace(log_density=fits.log_density + gain)
+    elif np.any(gaussian_cols):  # only the design's points need it (not the mode search's)
+        if isinstance(hessian, DenseHessian):
+            def shifted(a):
+                return mean_shift(neg, *a)
+        else:
+            def shifted(a):
+                return structured_mean_shift(neg, *a, at(a[0]))
+        shift = lax.cond(
+            with_shift,
+            lambda: jnp.where(gaussian_cols, lax.map(shifted, (thetas, fits.x, curvature)), 0.0),
+            lambda: shift,
+        )
+    params = point_params(layout, theta_index, fits.x, fits.var)
+    log_density = fits.log_density + matched_normaliser(
+        layout, theta_index, fits.x, fits.precision_diagonal, fits.uncoupled, params
+    )
+    return fits._replace(log_density=log_density, params=params, shift=shift)
+
+
+def _match_diagonal(info, mean, var, block_index, block_cov, args, kwargs):
+    """:func:`_match` for a mixture summarised by its variances and the event sites' covariance."""
+    gaussian = Gaussian(mean, DiagonalCurvature(1.0 / var, block_index, block_cov))
+    params = matched_params(info.layout, gaussian)
+    return gaussian, params, finite_params(params), gaussian.curvature.positive()
+
+
+def _match(info, mean, cov, args, kwargs):
+    """The mixture's Gaussian in the basis and each site's matched family."""
+    gaussian = Gaussian(mean, DenseCurvature.from_covariance(cov))
+    params = matched_params(info.layout, gaussian)
+    finite = finite_params(params)
+    return gaussian, params, finite, gaussian.curvature.positive()
+
+
+class NestedResult(Result):
+    """A nested Laplace fit (:class:`~numpyro_lm.approximations.result.Result`): the design, its
+    mixture's Gaussian in the basis and the matched families (``matched``: :func:`_match`'s), and
+    the design's draws made so far (``design_draws``: ``{n: (flat, log q)}``, host arrays)."""
+
+    def __init__(self, info, args, kwargs, rng_key, hyper: list, design: NestedDesign, search: ModeSearch,
+                 matched: tuple, num_samples: int, compiler_options, design_draws=None):
+        super().__init__(info, args, kwargs, rng_key, num_samples, compiler_options)
+        self.hyper, self.design, self.search = hyper, design, search
+        self._gaussian, self._params, self._finite, self._positive = matched
+        self._design_draws = dict(design_draws or {})
+
+    @property
+    def gaussian(self):
+        return self._gaussian
+
+    @property
+    def params(self):
+        return self._params
+
+    def _new_draws(self, num_samples: int):
+        if num_samples not in self._design_draws:
+            self._design_draws[num_samples] = design_draws(self.design, self.info.layout, self.rng_key, num_samples)
+        flat = jax.device_put(np.asarray(self._design_draws[num_samples][0], jnp.result_type(float)))
+        return self.call(constrained, (self.info,), (flat,), points=num_samples), flat
+
+    def _new_weights(self, num_samples: int, flat):
+        log_p = np.asarray(self.call(log_densities, (self.info,), (flat,), float64=True, points=num_samples))
+        return log_p, np.asarray(self._design_draws[num_samples][1](), np.float64)
+
+    def checks(self) -> FitChecks:
+        finite, positive = jax.device_get((self._finite, self._positive))
+        s = self.search
+        return FitChecks(True, positive, {k: bool(v) for k, v in finite.items()}, True, s.num_iter, s.decrement,
+                         s.grad_norm)
+
+    def fit_diagnostics(self) -> dict:
+        d, s = self.design, self.search
+        return {
+            "finite": True, "positive_definite": True, "num_iter": int(s.num_iter), "converged": True,
+            "newton_decrement": float(s.decrement), "grad_norm": float(s.grad_norm),
+            "log_density_at_mode": float(s.log_density), "refine": None, "hyper": self.hyper,
+            "nested_design": d.kind, "nested_design_points": int(d.theta.shape[0]), "nested_edge_mass": d.edge_mass,
+            "nested_outer_iter": d.num_outer_iter, "nested_inner_fits": d.num_evaluations,
+        }
+
+    def search_summary(self, d: dict) -> str:
+        return (f"Nested Laplace over {d['hyper']}: {d['nested_design']} of {d['nested_design_points']} points "
+                f"({d['nested_inner_fits']} inner fits; the marginal's mode search took {d['num_iter']} "
+                f"iterations, last step {d['newton_decrement']:.1e} SDs).")
+
+
+def design_draws(design: NestedDesign, layout, rng_key, num_samples: int):
+    """``(flat draws, log q of them)`` from the design's mixture (host; ``log q`` a function, on request),
+    the same for the same key and number."""
+    return draw(host_generator(rng_key, stream=num_samples), design, layout, num_samples)
+
+
+class Coordinates(NamedTuple):
+    """How a nested fit splits the flat coordinates: the hyperparameter sites and their
+    coordinates ``theta_index``, the rest ``x_index``; ``mapped`` (all ``D``): drawn through each
+    design point's matched family (quantile sites); ``gaussian_cols`` (the ``x`` ones): drawn from
+    their conditional Gaussians, with a conditional mean that follows the hyperparameters."""
+
+    hyper: list
+    theta_index: np.ndarray
+    x_index: np.ndarray
+    mapped: np.ndarray
+    gaussian_cols: np.ndarray
+
+
+def nested_coordinates(layout, hyper: list) -> Coordinates:
+    """The :class:`Coordinates` of a nested fit over the ``hyper`` sites (refused where it would
+    leave no latent coordinate, or integrate over too many)."""
+    coords = {s.name: np.arange(s.offset, s.offset + s.size) for s in layout.sites}
+    theta_index = np.concatenate([coords[s.name] for s in layout.sites if s.name in hyper])
+    x_index = np.concatenate([coords[s.name] for s in layout.sites if s.name not in hyper] or [np.zeros(0, int)])
+    if x_index.size == 0:
+        raise ValueError("hyper= names every latent site: nothing is left for the conditional Laplace step")
+    if theta_index.size > MAX_CCD_DIM:
+        ccd_points(theta_index.size)  # refuses, naming the limit
+    mapped = np.zeros(layout.size, bool)
+    for site, _ in quantile_sites(layout, theta_index):
+        mapped[site.offset : site.offset + site.size] = True
+    return Coordinates(hyper, theta_index, x_index, mapped, ~mapped[x_index])
+
+
+class MarginalAtPoints:
+    """The hyperparameters' Laplace marginal at a batch of points, ``(thetas (K, d), x0s (K, Dx),
+    with_shift) -> PointFits`` (:func:`_inner` compiled), in fixed-size batches of ``batch`` inner
+    fits per call: one compilation serves the mode search's stencil and line search and the
+    design. A ``structured`` (block-arrowhead) model fits one point per call (padding a batch
+    costs whole fits, which large models cannot spare) in float64, and its structure is checked."""
+
+    def __init__(self, inner, structured: bool, layout, options: FitOptions, dtype, bar, args, kwargs):
+        self.inner, self.structured, self.layout, self.options, self.dtype = inner, structured, layout, options, dtype
+        self.batch, self.bar, self.args, self.kwargs = 1 if structured else BATCH, bar, args, kwargs
+
+    def __call__(self, thetas, x0s, with_shift=False):
+        # padding and gathering on the host (eager JAX slicing costs more than the fit)
+        self.bar.update(len(thetas))
+        batch, n, pad = self.batch, len(thetas), -len(thetas) % self.batch
+        arrays = [np.asarray(a, self.dtype) for a in (thetas, x0s)]
+        arrays = [np.concatenate([a, np.broadcast_to(a[:1], (pad,) + a.shape[1:])]) for a in arrays]
+        flag = np.asarray(with_shift)
+        parts = [self._call((arrays[0][i : i + batch], arrays[1][i : i + batch], flag))
+                 for i in range(0, n + pad, batch)]
+        fits = jax.tree.map(lambda *a: np.concatenate(a)[:n], *parts)
+        if self.structured:
+            _check_structure(self.layout, self.options, fits.structure_error, self.dtype)
+        return fits
+
+    def _call(self, arrays):
+        if self.structured:
+            # a large model's Laplace marginal is a difference of sums of 10^5-10^6 terms, below
+            # float32's resolution (an ulp of 1e6 is 0.06); and a regression with more coefficients
+            # than data, at a small noise scale, has a curvature of condition 10^6 and more (a
+            # p = 10^4 Student-t regression's inner fits failed in float32 below sigma = 0.03):
+            # the inner fits run in float64
+            return in_float64(self.inner, arrays, self.args, self.kwargs)
+        return jax.device_get(self.inner(arrays, self.args, self.kwargs))
+
+
+def run_nested(info, options: FitOptions, hyper, rng_key, args, kwargs, init_params=None, *, num_samples: int,
+               compiler_options, progress_bar: bool = True) -> NestedResult:
+    """The nested Laplace fit over the ``hyper`` sites (module docstring), checked."""
+    layout, dtype = info.layout, jnp.result_type(float)
+    split = nested_coordinates(layout, hyper_sites(layout, hyper, info.parents))
+    hyper_key = tuple(int(i) for i in split.theta_index)
+    structured = not isinstance(conditional_hessian(layout, hyper_key, options.curvature, options.plate), DenseHessian)
+    if not structured and options.curvature != "dense":
+        check_dense_memory(layout, np.dtype(dtype).itemsize, "the nested fit's hyperparameters lie in the plate.")
+    block_index = _event_columns(layout, split.theta_index) if structured else None  # refused before any fit
+    inner = program(_inner, info, options.tolerance(dtype), options.max_iter, hyper_key,
+                    tuple(bool(c) for c in split.gaussian_cols), options.curvature, options.plate,
+                    compiler_options=compiler_options)
+    bar = progress(progress_bar, desc="nested Laplace inner fits", unit="fit")
+    marginal = MarginalAtPoints(inner, structured, layout, options, dtype, bar, args, kwargs)
+    with bar:
+        search = _mode_search(marginal, info, options, split, rng_key, init_params, args, kwargs, compiler_options)
+        design = integrate(marginal, search, split.theta_index, split.x_index, split.gaussian_cols,
+                           coarse=structured, batch=marginal.batch)
+    if design.edge_mass > 1e-3:
+        warnings.warn(
+            f"nested Laplace: {design.edge_mass:.1%} of the hyperparameters' mass lies on the edge of the "
+            "integration design; the marginal reaches beyond the lattice's extent or inner fits failed there, "
+            "and the tail beyond it is missing.",
+            stacklevel=3,
+        )
+    # the verdict's draws (get_samples' are their first num_samples: one program to compile)
+    n = verdict_draws(info, args, kwargs, num_samples)
+    draws = {n: design_draws(design, layout, rng_key, n)}
+    matched = _mixture_matched(info, design, split, block_index, draws[n][0], args, kwargs, compiler_options)
+    result = NestedResult(info, args, kwargs, rng_key, split.hyper, design, search, matched, num_samples,
+                          compiler_options, draws)
+    check_fit(layout, result.checks(), result.gaussian.curvature)
+    return result
+
+
+def _mode_search(marginal: MarginalAtPoints, info, options, split: Coordinates, rng_key, init_params, args, kwargs,
+                 compiler_options) -> ModeSearch:
+    """The mode of the hyperparameters' Laplace marginal (:func:`~.search.explore`), from the basis
+    origin, or from the init strategy's point where that is asked for or the origin lies outside
+    the density's support (e.g. the sqrt basis)."""
+    def start_point():
+        point = program(initial_point, info, options, compiler_options=compiler_options)(
+            (rng_key, init_params), args, kwargs)
+        return np.asarray(point, np.float64)
+
+    at_origin = options.init_strategy is None and init_params is None
+    start = origin_point(info.layout) if at_origin else start_point()
+    one_at_a_time = marginal.batch == 1
+    try:
+        return explore(marginal, start[split.theta_index], start[split.x_index], one_at_a_time=one_at_a_time)
+    except NonFiniteStart:
+        if not at_origin:
+            raise
+        start = start_point()
+        return explore(marginal, start[split.theta_index], start[split.x_index], one_at_a_time=one_at_a_time)
+
+
+def _mixture_matched(info, design: NestedDesign, split: Coordinates, block_index, flat, args, kwargs,
+                     compiler_options):
+    """The mixture's Gaussian in the basis and each site's matched family (:func:`_match`): the
+    Gaussian-mixture moments for sites drawn from their conditional Gaussians, the draws' (``flat``)
+    where the draws went through each design point's matched family. ``block_index``: for a
+    structured fit, the coordinates matched per event vector (:func:`_event_columns`), else ``None``."""
+    size, mapped, dtype = info.layout.size, split.mapped, jnp.result_type(float)
+    flat = np.asarray(flat, np.float64)
+    if block_index is not None:
+        # large models: each coordinate's mean and variance (the matched families are
+        # elementwise); the draws keep the mixture's correlations
+        mean_all, var_all = mixture_variances(design, size)
+        mean_all[mapped] = flat[:, mapped].mean(0)
+        var_all[mapped] = flat[:, mapped].var(0, ddof=1)
+        position = np.full(size, -1)
+        position[split.x_index] = np.arange(split.x_index.size)
+        block_cov = mixture_block(design, position[block_index]) if block_index.size else np.zeros((0, 0))
+        moments = (np.asarray(mean_all, dtype), np.asarray(var_all, dtype), block_index.astype(np.int32),
+                   np.asarray(block_cov, dtype))
+        return program(_match_diagonal, info, compiler_options=compiler_options)(moments, args, kwargs)
+    mean_all, cov_all = mixture_moments(design, size)
+    mean_all[mapped] = flat[:, mapped].mean(0)
+    cov_draws = np.cov(flat.T).reshape(size, size)
+    cov_all[mapped, :] = cov_draws[mapped, :]
+    cov_all[:, mapped] = cov_draws[:, mapped]
+    # host arrays throughout: an eager jnp conversion compiles a program of its own
+    return program(_match, info, compiler_options=compiler_options)(
+        (np.asarray(mean_all, dtype), np.asarray(cov_all, dtype)), args, kwargs)
+
+
+EVENT_BLOCK_MAX = 2000
+"""Most coordinates of sites matched per event vector in a large nested fit (their joint covariance is dense)."""
+
+
+def _event_columns(layout, theta_index) -> np.ndarray:
+    """Flat coordinates of the sites a large nested fit matches per event vector (their
+    covariance is kept dense: :class:`~numpyro_lm.curvature.DiagonalCurvature`'s block);
+    refuses such sites among the hyperparameters, or too many of them."""
+    hyper = set(int(i) for i in theta_index)
+    cols = []
+    for site in layout.sites:
+        family = get_family(site.family, site.basis)
+        if is_elementwise(site, family):
+            continue
+        if site.offset in hyper:
+            raise ValueError(
+                f"site {site.name!r}: a hyperparameter matched per event vector ({site.family!r}) is not supported "
+                "by a nested fit with a structured (block-arrowhead) curvature. Leave it out of hyper=, or use "
+                "strategy='laplace'.")
+        cols.append(np.arange(site.offset, site.offset + site.size))
+    cols = np.concatenate(cols) if cols else np.zeros(0, int)
+    if cols.size > EVENT_BLOCK_MAX:
+        raise ValueError(
+            f"a nested fit with a structured curvature keeps a dense covariance over the sites matched per event "
+            f"vector; this model has {cols.size} such coordinates (at most {EVENT_BLOCK_MAX}). Use "
+            "strategy='laplace', or families={site: 'gaussian'} with an elementwise basis.")
+    return cols
+
+
+def _check_structure(layout, options, errors, dtype):
+    """Refuse inner fits whose structure did not hold (:mod:`numpyro_lm.mode.hessian`)."""
+    errors = np.asarray(errors)
+    dtype = errors.dtype if np.issubdtype(errors.dtype, np.floating) else dtype  # the inner fits' (float64)
+    worst = float(np.nanmax(errors.astype(np.float64), initial=0.0))
+    if worst > structure_tol(dtype):
+        raise StructureError(structure_message(layout, options.plate, worst, dtype, options.curvature))

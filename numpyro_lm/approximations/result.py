@@ -1,0 +1,329 @@
+"""A fitted approximation: draws, importance weights, matched posterior and diagnostics on demand.
+
+:class:`Result` holds what a fit computed (device arrays) with the model and arguments it
+was fitted to, and computes the rest when asked, once: draws (for a number of samples),
+their importance weights and PSIS (:mod:`numpyro_lm.checks.psis`), each site's matched
+distribution (:mod:`numpyro_lm.posterior.matched`), the diagnostics dictionary and the summary.
+A joint fit (:class:`numpyro_lm.approximations.joint.JointResult`) and a nested one
+(:class:`numpyro_lm.approximations.nested.fit.NestedResult`) fill in how draws and weights are made.
+
+For ``run_many`` the same object describes B data sets (:class:`numpyro_lm.runtime.batch.Batch`):
+every program is vmapped over them, results carry a leading axis of size B, diagnostics
+are arrays (one entry per data set).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Optional
+
+import jax
+from jax.sharding import NamedSharding, PartitionSpec
+import numpy as np
+
+from ..checks.psis import KHAT_OK, importance_resample, khat_verdict, psis
+from ..checks.verdict import judge_fits
+from ..curvature import eigenvalue_range
+from ..posterior.matched import MatchedPosterior, site_distribution
+from ..runtime.batch import Batch, take, take_inputs
+from ..runtime.programs import in_float64, options_for_work, program
+from ..runtime.random import host_generator, split_chains
+from .joint_fit import largest_intermediate
+from .summary import diagnostics_of, print_summary
+
+__all__ = ["Result", "verdict_draws", "diagnostic_samples", "WORK_BUDGET"]
+
+
+def _spectrum_range(gaussian, args, kwargs):
+    return eigenvalue_range(gaussian.curvature)
+
+
+def _support_bounds(info, mean, args, kwargs):
+    return info.support_bounds(mean, args, kwargs)
+
+
+WORK_BUDGET = 400_000_000
+"""Numbers (latent and observed values) the verdict's log densities may touch per batch."""
+
+
+def diagnostic_samples(num_samples: int, dim: int, batch_size: int = 1, work: int = 0) -> int:
+    """Draws behind the verdict: at least ``num_samples`` and up to 4000 (a k-hat from 1000
+    draws varies by +-0.3 between seeds near 0.7), within about 2e7 numbers per batch; for
+    models of ``work`` latent and observed numbers beyond :data:`WORK_BUDGET` / 1000, fewer
+    (at least 200: a 10^5-group GLMM's weights would take a minute for 1000 draws)."""
+    n = int(max(num_samples, min(4000, max(1000, 20_000_000 // (dim * batch_size)))))
+    return min(n, max(200, WORK_BUDGET // (max(work, 1) * batch_size)))
+
+
+_LARGEST = {}
+
+
+def _largest_array(info, args, kwargs) -> int:
+    """:func:`~numpyro_lm.approximations.joint_fit.largest_intermediate` of the model's density, once per model and
+    argument shapes (a second ``run`` on new data of the same shapes does not trace again)."""
+    leaves, treedef = jax.tree.flatten((args, kwargs))
+    key = (info.model, info.layout, treedef,
+           tuple((np.shape(x), str(getattr(x, "dtype", type(x).__name__))) for x in leaves))
+    if key not in _LARGEST:
+        if len(_LARGEST) > 256:  # a long session of many shapes: forget, do not grow without bound
+            _LARGEST.clear()
+        zeros = jax.ShapeDtypeStruct((info.size,), jax.numpy.result_type(float))
+        _LARGEST[key] = largest_intermediate(lambda r: info.log_density(r, args, kwargs), zeros)
+    return _LARGEST[key]
+
+
+def verdict_draws(info, args, kwargs, num_samples: int, batch: Optional[Batch] = None) -> int:
+    """:func:`diagnostic_samples` of a fit: a model's work is its latent and observed numbers, or
+    the largest array its density computes where that is larger (a latent GP's n x n kernel and
+    its Cholesky factor at every draw)."""
+    work = info.size + info.layout.observed_size
+    if batch is None:
+        work = max(work, _largest_array(info, args, kwargs))
+    return diagnostic_samples(num_samples, info.size, 1 if batch is None else batch.padded, work)
+
+
+class Result:
+    """A fit of one data set, or of a batch (module docstring)."""
+
+    def __init__(self, info, args, kwargs, rng_key, num_samples: int, compiler_options,
+                 batch: Optional[Batch] = None):
+        self.info, self.args, self.kwargs, self.rng_key = info, tuple(args), dict(kwargs), rng_key
+        self.num_samples, self.compiler_options, self.batch = num_samples, compiler_options, batch
+        self._num_diagnostic_samples = None
+        self._draws, self._weights = {}, {}
+        self._posterior = self._mode_trace = self._refused = self._spectrum = self._verdicts = None
+        self.trail = None  # the auto-pilot's attempts (autopilot.Attempt) where it chose this fit: with_trail
+
+    @property
+    def num_diagnostic_samples(self) -> int:
+        """Draws behind the verdict (:func:`verdict_draws`)."""
+        if self._num_diagnostic_samples is None:
+            self._num_diagnostic_samples = verdict_draws(self.info, self.args, self.kwargs, self.num_samples,
+                                                         self.batch)
+        return self._num_diagnostic_samples
+
+    def with_trail(self, trail) -> "Result":
+        """This fit with the auto-pilot's attempts that chose it (:mod:`.autopilot`): a copy, which
+        shares what was computed so far."""
+        chosen = copy.copy(self)
+        chosen.trail = None if trail is None else tuple(trail)
+        return chosen
+
+    # ------------------------------------------------------------ to fill in
+
+    @property
+    def gaussian(self):
+        raise NotImplementedError
+
+    @property
+    def params(self):
+        raise NotImplementedError
+
+    def _new_draws(self, num_samples: int):
+        """``(samples, flat)`` (device arrays; padded batch)."""
+        raise NotImplementedError
+
+    def _new_weights(self, num_samples: int, flat):
+        """``(log p, log q)`` of the draws (host arrays; padded batch)."""
+        raise NotImplementedError
+
+    def fit_diagnostics(self) -> dict:
+        """The mode search's (or the nested design's) entries of :meth:`diagnostics`."""
+        raise NotImplementedError
+
+    def structure_reasons(self, i: int) -> list:
+        """Reasons not to trust data set ``i`` found in the fit's structure (none by default)."""
+        return []
+
+    def search_summary(self, d: dict) -> str:
+        """One sentence on how the fit was found, from its diagnostics ``d``."""
+        raise NotImplementedError
+
+    # -------------------------------------------------------------- programs
+
+    def program(self, fn, *static, sharded: bool = True, points: int = 1):
+        """``fn`` compiled for these arguments (vmapped, and sharded if ``sharded``, for a
+        batch); ``points``: the model evaluations it makes per data set (its options:
+        :func:`~numpyro_lm.runtime.programs.options_for_work`)."""
+        axes = mesh = None
+        if self.batch is not None:
+            axes, mesh = self.batch.axes, (self.batch.mesh if sharded else None)
+        work = points * (self.info.size + self.info.layout.observed_size) * (1 if self.batch is None else self.batch.padded)
+        return program(fn, *static, compiler_options=options_for_work(self.compiler_options, work), axes=axes,
+                       mesh=mesh)
+
+    def call(self, fn, static: tuple, arrays: tuple, host_callbacks: bool = False, float64: bool = False,
+             points: int = 1):
+        """``fn(arrays, args, kwargs)`` compiled. ``host_callbacks``: ``fn`` calls the host
+        (the quantile functions, the Gamma sampler), so a sharded batch runs it on its first
+        device: jaxlib 0.10's ``pure_callback`` deadlocks when several CPU devices call back
+        at once with large arrays (seen on 1000 x 1000 copula draws). ``float64``: traced and
+        run in float64 (:func:`~numpyro_lm.runtime.programs.in_float64`), results on the host.
+        ``points``: the model evaluations ``fn`` makes (:meth:`program`)."""
+        if float64:
+            return in_float64(self.program(fn, *static, points=points), arrays, self.args, self.kwargs)
+        inputs = (arrays, self.args, self.kwargs)
+        if host_callbacks and self.batch is not None and self.batch.mesh is not None:
+            mesh = self.batch.mesh
+            out = self.program(fn, *static, sharded=False, points=points)(*jax.device_put(inputs, mesh.devices.flat[0]))
+            return jax.device_put(out, NamedSharding(mesh, PartitionSpec(mesh.axis_names[0])))
+        return self.program(fn, *static, points=points)(*inputs)
+
+    def unpad(self, tree):
+        """Drop the batch's padding (identity for one data set)."""
+        return tree if self.batch is None else take(tree, slice(0, self.batch.size))
+
+    def first(self):
+        """``(mean, args, kwargs)`` of the (first) data set."""
+        if self.batch is None:
+            return self.gaussian.mean, self.args, self.kwargs
+        return self.gaussian.mean[0], *take_inputs(self.args, self.kwargs, self.batch.axes, 0)
+
+    # ----------------------------------------------------------------- draws
+
+    def draws(self, num_samples: Optional[int] = None):
+        """``(samples, flat)`` of ``num_samples`` draws (default: ``self.num_samples``), kept."""
+        n = self.num_samples if num_samples is None else num_samples
+        if n < 1:
+            raise ValueError(f"num_samples must be positive, not {n}")
+        if n not in self._draws:
+            larger = [m for m in self._draws if m > n]
+            if larger and self.batch is None:  # the first n of more draws (iid; the copula's are prefix-stable)
+                # sliced on the host: an eager slice compiles a program per site's shape
+                self._draws[n] = jax.device_put(jax.tree.map(lambda x: np.asarray(x)[:n], self._draws[min(larger)]))
+            elif larger:  # a batch's draws stay where they are (sharded)
+                self._draws[n] = jax.tree.map(lambda x: jax.lax.slice_in_dim(x, 0, n, axis=1),
+                                              self._draws[min(larger)])
+            else:
+                self._draws[n] = self._new_draws(n)
+        return self._draws[n]
+
+    def weights(self, num_samples: Optional[int] = None):
+        """``(log p, log q, PSIS)`` of the ``num_diagnostic_samples`` draws behind the verdict
+        (their first ``num_samples`` are :meth:`get_samples`'s where there are as many; a list
+        of PSIS for a batch), or of ``num_samples`` draws."""
+        n = self.num_diagnostic_samples if num_samples is None else num_samples
+        if n not in self._weights:
+            flat = self.draws(n)[1]
+            log_p, log_q = self.unpad(self._new_weights(n, flat))
+            # constant up to the round-off of the precision they were computed in (float64)
+            eps = np.finfo(np.result_type(log_p.dtype, log_q.dtype)).eps
+            log_p, log_q = np.asarray(log_p, np.float64), np.asarray(log_q, np.float64)
+            rows = [psis(p, q, noise=np.sqrt(eps) * (1.0 + np.max(np.abs(p))))
+                    for p, q in zip(log_p.reshape(-1, n), log_q.reshape(-1, n))]
+            self._weights[n] = (log_p, log_q, rows[0] if self.batch is None else rows)
+        return self._weights[n]
+
+    def get_samples(self, num_samples=None, group_by_chain=False, resample=None, rng_key=None) -> dict:
+        if resample is not None:
+            samples = self._resample(num_samples, resample, rng_key)
+        else:
+            samples = self.unpad(self.draws(num_samples)[0])
+        if group_by_chain:  # independent draws, shown as pseudo-chains (random.num_pseudo_chains)
+            axis = 0 if self.batch is None else 1
+            samples = jax.tree.map(lambda x: split_chains(x, axis), samples)
+        return samples
+
+    def _resample(self, num_samples, method, rng_key):
+        if method != "psis":
+            raise ValueError(f'resample must be None or "psis", not {method!r}')
+        weights = self.weights()[2]
+        rows = [weights] if self.batch is None else weights
+        num_samples = self.num_samples if num_samples is None else num_samples
+        bad = [i for i, w in enumerate(rows) if not w.khat <= KHAT_OK]
+        if bad:
+            where = "" if self.batch is None else f"data sets {bad[:10]}: "
+            raise ValueError(
+                f"PSIS resampling refused: {where}" + khat_verdict(rows[bad[0]].khat) + " Importance "
+                "weights this heavy-tailed give estimates dominated by a few draws."
+            )
+        rng = host_generator(jax.random.fold_in(self.rng_key, 3) if rng_key is None else rng_key)
+        # from all the weighted draws behind the verdict, num_samples of them
+        samples = self.unpad(self.draws(self.num_diagnostic_samples)[0])
+        index = [importance_resample(rng, w.log_weights, num_samples) for w in rows]
+        if self.batch is None:
+            return jax.tree.map(lambda x: x[index[0]], samples)
+        index = np.stack(index)
+        return jax.tree.map(lambda x: np.take_along_axis(
+            np.asarray(x), index.reshape(index.shape + (1,) * (np.ndim(x) - 2)), axis=1), samples)
+
+    def extra_fields(self, group_by_chain: bool = False) -> dict:
+        n = self.num_samples  # the draws of get_samples()
+        log_p, log_q, _ = self.weights(max(n, self.num_diagnostic_samples))
+        log_p, log_q = log_p[..., :n], log_q[..., :n]
+        fields = {"lp": log_p, "log_q": log_q, "log_weight": log_p - log_q}
+        if group_by_chain:
+            axis = 0 if self.batch is None else 1
+            fields = {k: split_chains(v, axis) for k, v in fields.items()}
+        return fields
+
+    # ------------------------------------------------------------- posterior
+
+    def mode_trace(self):
+        """The model's trace at the (first data set's) mean: the sites' supports there."""
+        if self._mode_trace is None:
+            mean, args, kwargs = self.first()
+            self._mode_trace = self.info.trace(mean, args, kwargs)
+        return self._mode_trace
+
+    def _refuse(self, name: str) -> Optional[str]:
+        if self._refused is None:
+            mean, args, kwargs = self.first()
+            refused = {n: (f"site {n!r} has a support that depends on other latent sites, so its marginal has no "
+                           "closed-form matched family. Use get_samples(), whose draws map the site with the drawn "
+                           "values of the sites it depends on.") for n in self.info.dependent_sites(mean, args, kwargs)}
+            if self.batch is not None:
+                bounds = jax.device_get(self.call(_support_bounds, (self.info,), (self.gaussian.mean,)))
+                for n, b in self.unpad(bounds).items():
+                    if n not in refused and b.size and not np.all(b == b[:1]):
+                        refused[n] = (f"site {n!r} has support bounds that differ between the data sets, so the "
+                                      "batch has no one matched family for it. Use get_samples().")
+            self._refused = refused
+        return self._refused.get(name)
+
+    @property
+    def posterior(self) -> MatchedPosterior:
+        if self._posterior is None:
+            params = self.unpad(self.params)
+
+            def build(name):
+                return site_distribution(self.info.layout.site(name), params[name],
+                                         self.info.transform(name, self.mode_trace()))
+
+            self._posterior = MatchedPosterior(build, tuple(s.name for s in self.info.layout.sites), self._refuse)
+        return self._posterior
+
+    # ----------------------------------------------------------- diagnostics
+
+    def spectrum_range(self):
+        """``(lowest, highest)`` eigenvalue of the curvature, host arrays of one entry per data set."""
+        if self._spectrum is None:
+            self._spectrum = tuple(np.atleast_1d(np.asarray(a, np.float64)) for a in jax.device_get(self.unpad(
+                self.call(_spectrum_range, (), (self.gaussian,)))))
+        return self._spectrum
+
+    def condition_numbers(self):
+        """The curvature's condition number per data set (``inf`` where it is not positive definite)."""
+        low, high = self.spectrum_range()
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(low > 0, high / low, np.inf)
+
+    def verdicts(self) -> list:
+        """One :class:`~numpyro_lm.checks.verdict.Verdict` per data set (:func:`~numpyro_lm.checks.verdict.judge_fits`),
+        computed once."""
+        if self._verdicts is None:
+            weights = self.weights()[2]
+            samples = jax.device_get(self.unpad(self.draws(self.num_diagnostic_samples)[0]))
+            mean = np.asarray(jax.device_get(self.unpad(self.gaussian.mean)))
+            self._verdicts = judge_fits(self.info.layout, [weights] if self.batch is None else weights, samples,
+                                        mean, self.fit_diagnostics(), self.condition_numbers(),
+                                        self.structure_reasons, batched=self.batch is not None)
+        return self._verdicts
+
+    def diagnostics(self) -> dict:
+        """The fit's diagnostics and verdict (:func:`~.summary.diagnostics_of`)."""
+        return diagnostics_of(self)
+
+    def print_summary(self, prob: float = 0.9, exclude_deterministic: bool = True):
+        """The draws' summary as MCMC prints it, then the fit's diagnostics (:func:`~.summary.print_summary`)."""
+        print_summary(self, prob, exclude_deterministic)

@@ -1,0 +1,200 @@
+"""A NumPyro model traced once: the flat LM-basis vector, its log density, the map back.
+
+:func:`model_info` (in the spirit of numpyro's ``initialize_model``) runs the model once,
+abstractly, and returns an immutable, hashable :class:`ModelInfo`: the layout of the
+latent sites in their Laplace Matching bases (:mod:`numpyro_lm.core.trace`) and pure functions
+of a flat basis vector ``y`` given the model's arguments:
+
+- :meth:`ModelInfo.log_density`: :math:`\\log p(x(y), \\text{data}) + \\log|\\det \\partial x/\\partial y|`;
+- :meth:`ModelInfo.constrain`: the latent and deterministic sites' values at ``y``;
+- :meth:`ModelInfo.init`: the basis coordinates of a numpyro init strategy's point;
+- :attr:`ModelInfo.parents`: which latent sites each sample site's distribution depends on.
+
+Everything downstream (the fit, nested Laplace, refinement, the NUTS and elliptical slice
+adapters, the ArviZ export) works from a ``ModelInfo``; being hashable, it keys compiled
+programs (:func:`numpyro_lm.runtime.programs.program`).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from numpyro import handlers
+from numpyro.distributions.distribution import validation_enabled
+from numpyro.infer.initialization import init_to_uniform
+from numpyro.infer.util import compute_log_probs, log_density
+
+from ..families import get_family
+from ..runtime.programs import merge_inputs, shape_key, split_inputs
+from ..runtime.static_data import mark_static, static_positions, static_where_needed
+from .structure import prior_parents
+from .trace import Layout, SiteChoice, basis_value, ravel, site_transform, trace_sites, unravel
+
+__all__ = ["ModelInfo", "model_info", "TracedModels"]
+
+
+class ModelInfo(NamedTuple):
+    """A traced model: its latent layout and pure functions of the flat basis vector.
+
+    ``args``/``kwargs`` are the model's arguments, passed to every method (the layout
+    holds for any arguments of the traced shapes).
+    """
+
+    model: Callable
+    layout: Layout
+    choice: SiteChoice
+    parents: Optional[tuple] = None  # each sample site's latent parents (structure.prior_parents)
+
+    @property
+    def size(self) -> int:
+        """``D``, the length of the flat vector."""
+        return self.layout.size
+
+    def substituted(self, flat):
+        """The model with every latent site set from ``flat`` (basis coordinates), the
+        log-Jacobian of each basis as a factor; ``flat`` may also be ``{site: coordinates}``."""
+        params = flat if isinstance(flat, dict) else unravel(self.layout, flat)
+        return handlers.substitute(self.model, substitute_fn=partial(basis_value, params, self.choice))
+
+    def log_density(self, flat, args=(), kwargs=None):
+        """log p(x(y), data) + log|det dx/dy| at the flat basis coordinates ``flat``.
+
+        ``flat`` may also be ``{site: basis coordinates}``: sites whose values do not
+        depend on what is differentiated then carry no derivative work.
+        """
+        # argument checks cannot fail on traced values: skip tracing them (a fifth of the time)
+        with validation_enabled(False):
+            value, trace = log_density(self.substituted(flat), args, kwargs or {}, {})
+        return value + self._missing_data_density(trace)
+
+    def _missing_data_density(self, trace):
+        """A standard normal density on the basis coordinates of the obs_mask sites' entries
+        that the mask drops (the observed positions: :func:`numpyro_lm.core.trace.missing_data_sites`)."""
+        total = jnp.zeros((), jnp.result_type(float))
+        for name in self.layout.missing_data:
+            site, spec = trace[name], self.layout.site(name)
+            y = jnp.reshape(site_transform(self.choice, site).inv(site["value"]), spec.basis_shape)
+            term = -0.5 * y**2 - 0.5 * jnp.log(2 * jnp.pi)
+            term = jnp.sum(term, axis=tuple(range(-spec.basis_event_dim, 0))) if spec.basis_event_dim else term
+            dropped = ~jnp.broadcast_to(jnp.asarray(site["fn"]._mask, bool), term.shape)
+            total = total + jnp.sum(jnp.where(dropped, term, 0.0))
+        return total
+
+    def log_prior(self, flat, args=(), kwargs=None):
+        """The latent sites' share of :meth:`log_density`: their log prior densities and the
+        bases' log-Jacobians, without the observed sites (the likelihood) and ``numpyro.factor``
+        terms of the model's own. Structured curvatures hold its Hessian exactly and the rest as
+        a low-rank update (:class:`numpyro_lm.mode.hessian.LowRankHessian`)."""
+        latent = {s.name for s in self.layout.sites}
+        latent |= {f"_{name}_lm_log_det" for name in latent}
+        with validation_enabled(False):
+            terms, trace = compute_log_probs(self.substituted(flat), args, kwargs or {}, {})
+        return sum((v for k, v in terms.items() if k in latent), start=self._missing_data_density(trace))
+
+    def trace(self, flat, args=(), kwargs=None):
+        """The model's trace with the latent sites at ``flat`` (the LM Jacobian factors included)."""
+        return handlers.trace(self.substituted(flat)).get_trace(*args, **(kwargs or {}))
+
+    def constrain(self, flat, args=(), kwargs=None) -> dict:
+        """Constrained values of the latent and deterministic sites at ``flat``."""
+        tr = self.trace(flat, args, kwargs)
+        latent = {s.name for s in self.layout.sites}
+        return {name: site["value"] for name, site in tr.items() if name in latent or site["type"] == "deterministic"}
+
+    def init(self, rng_key, args=(), kwargs=None, init_strategy: Callable = init_to_uniform):
+        """Flat basis coordinates of the point a numpyro init strategy picks.
+
+        Init strategies sample in numpyro's own unconstrained space; sites with flat priors
+        (``ImproperUniform``) fall back to ``init_to_uniform`` there, so nothing is ever
+        forward-sampled from a flat prior.
+        """
+        seeded = handlers.substitute(handlers.seed(self.model, rng_key), substitute_fn=init_strategy)
+        tr = handlers.trace(seeded).get_trace(*args, **(kwargs or {}))
+        values = {}
+        for s in self.layout.sites:
+            site = tr[s.name]
+            values[s.name] = jnp.broadcast_to(site_transform(self.choice, site).inv(site["value"]), s.basis_shape)
+        return ravel(self.layout, values).astype(jnp.result_type(float))
+
+    def transform(self, name: str, trace):
+        """The basis transform of site ``name`` as built from its support in ``trace``."""
+        return site_transform(self.choice, trace[name])
+
+    def support_bounds(self, flat, args=(), kwargs=None) -> dict:
+        """``{site: its support's bounds at flat}`` (to find supports that depend on values)."""
+        tr = self.trace(flat, args, kwargs)
+        bounds = {}
+        for s in self.layout.sites:
+            support = tr[s.name]["fn"].support
+            while hasattr(support, "base_constraint"):
+                support = support.base_constraint
+            parts = [jnp.ravel(jnp.asarray(getattr(support, attr), dtype=flat.dtype))
+                     for attr in ("lower_bound", "upper_bound") if hasattr(support, attr)]
+            bounds[s.name] = jnp.concatenate(parts) if parts else jnp.zeros((0,), flat.dtype)
+        return bounds
+
+    def dependent_sites(self, flat, args=(), kwargs=None) -> frozenset:
+        """Sites whose support moves with the other latent values (``Uniform(0, 1 - a)``)."""
+        jac = jax.jacfwd(lambda y: self.support_bounds(y, args, kwargs))(flat)
+        return frozenset(k for k, v in jac.items() if v.size and bool(jnp.any(v != 0)))
+
+    def families(self) -> dict:
+        """``{site: its MatchedFamily}``."""
+        return {s.name: get_family(s.family, s.basis) for s in self.layout.sites}
+
+
+def model_info(model: Callable, model_args=(), model_kwargs: Optional[dict] = None, *, bases: Optional[dict] = None,
+               families: Optional[dict] = None, rng_key=None, init_strategy: Callable = init_to_uniform) -> ModelInfo:
+    """Trace ``model(*model_args, **model_kwargs)`` once and describe it (module docstring).
+
+    :param dict bases: per-site basis override, e.g. ``{"sigma": "sqrt"}``.
+    :param dict families: per-site matched family override, e.g. ``{"tau": "gaussian"}``.
+    :param rng_key: key of the abstract trace (values are never computed; default key 0).
+    :param init_strategy: the init strategy the trace runs under (only shapes are kept).
+
+    Array arguments may be ``jax.ShapeDtypeStruct``: only their shapes matter.
+    """
+    choice = SiteChoice.of(bases, families)
+    key = jax.random.PRNGKey(0) if rng_key is None else rng_key
+    layout = trace_sites(model, tuple(model_args), dict(model_kwargs or {}), choice, init_strategy, key)
+    parents = prior_parents(model, model_args, model_kwargs)
+    return ModelInfo(model, layout, choice, parents)
+
+
+class TracedModels:
+    """A model traced once per argument structure and shapes (:func:`model_info`), the data
+    arguments it needs as concrete values kept static (:mod:`numpyro_lm.runtime.static_data`, as
+    ``MCMC`` closes over its data): what :class:`~numpyro_lm.LaplaceMatching` keeps between runs."""
+
+    def __init__(self, model, bases: Optional[dict] = None, families: Optional[dict] = None):
+        self.model, self.bases, self.families = model, bases, families
+        self._infos, self._static = {}, {}
+
+    def info(self, args, kwargs, batch_axes=None) -> ModelInfo:
+        """The traced model for these arguments; ``batch_axes``: those array arguments carry a
+        leading batch axis, and the model is traced for one data set's shapes."""
+        arrays, key = split_inputs((args, kwargs))
+        if batch_axes is not None:  # one data set's shapes
+            arrays = [jax.ShapeDtypeStruct(np.shape(a)[1:], a.dtype) if b else a for a, b in zip(arrays, batch_axes)]
+        cache = (key, shape_key(arrays))
+        if cache not in self._infos:
+            one_args, one_kwargs = merge_inputs(arrays, key)
+            self._infos[cache] = model_info(self.model, one_args, one_kwargs, bases=self.bases, families=self.families)
+        return self._infos[cache]
+
+    def inputs(self, args, kwargs):
+        """``(args, kwargs, info)``: the arguments with the data the model needs concretely marked
+        static, and the model traced for them."""
+        arrays, structure = split_inputs((args, kwargs))
+        key = (structure, shape_key(arrays))
+        static = self._static.get(key)
+        if static is None:
+            args, kwargs, info = static_where_needed(lambda a, k: self.info(a, k), tuple(args), dict(kwargs))
+            self._static[key] = static_positions(args, kwargs)
+            return args, kwargs, info
+        args, kwargs = mark_static(args, kwargs, static)
+        return args, kwargs, self.info(args, kwargs)

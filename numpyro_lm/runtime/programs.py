@@ -1,0 +1,260 @@
+"""Compiled programs over a model's arguments: one jit cache, batched and sharded on request.
+
+A model's arguments mix arrays (data: traced, so a refit with new data of the same shapes
+reuses the compiled program) and other values (plate sizes, flags, ``None``: static, part
+of the program). :func:`split_inputs` separates them into a list of arrays and a hashable
+:class:`InputKey`; :func:`merge_inputs` puts them back together inside a program.
+
+:func:`program` compiles a pure function ``fn(static..., *arrays, args, kwargs)`` once per
+function, static values, argument shapes and XLA options (``jax.jit``'s own cache), for
+one data set or, with ``axes``, for a batch of data sets: ``jax.vmap`` over the leading
+axis of the arrays marked batched, ``jax.shard_map`` across devices when a mesh is given.
+Any pure function of the package or of an adapter can be compiled this way: nothing is
+bound to a ``LaplaceMatching`` object.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from typing import Callable, NamedTuple, Optional
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, PartitionSpec
+
+from .static_data import StaticArray
+
+__all__ = [
+    "FAST_COMPILE",
+    "LARGE_MODEL",
+    "HEAVY_PROGRAM",
+    "options_for_work",
+    "resolve_compiler_options",
+    "BATCH_COMPILE",
+    "usable_compiler_options",
+    "InputKey",
+    "split_inputs",
+    "is_traced",
+    "merge_inputs",
+    "shape_key",
+    "program",
+    "batch_mesh",
+    "in_float64",
+]
+
+# XLA options for the small programs of a Laplace fit: LLVM's backend optimisations cost
+# several times the compile time and buy little on dense linear algebra of this size;
+# XLA:CPU's elemental emitters compile the many small fusions of a log density faster than
+# its newer fusion emitters (jaxlib 0.10), and run them as fast.
+FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
+# ... and for a batch of fits (run_many), whose run time grows with the batch and compile
+# time does not: LLVM's optimisations on (a large batch's run time falls by more than its
+# compile time grows), the elemental emitters kept (faster to compile)
+BATCH_COMPILE = {"xla_cpu_use_fusion_emitters": False}
+# ... and for large models (LARGE_MODEL numbers or more in the latent and observed values),
+# whose run time is no longer small next to compiling: XLA's defaults (LLVM's optimisations
+# speed up each Newton step of a large GLMM)
+LARGE_MODEL = 100_000
+# ... and for the programs that evaluate the model at many points (the draws and the
+# verdict's importance weights) where the numbers evaluated (points x latent and observed
+# numbers) reach HEAVY_PROGRAM: XLA's defaults (the float64 log densities behind a large
+# GLMM's verdict run several times faster optimised, for less extra compile time than that)
+HEAVY_PROGRAM = 20_000_000
+
+
+def resolve_compiler_options(options, layout):
+    """``options``, or for ``"auto"``: :data:`FAST_COMPILE` for a model smaller than
+    :data:`LARGE_MODEL` numbers (latent and observed), else XLA's defaults (``None``)."""
+    if isinstance(options, str):
+        if options != "auto":
+            raise ValueError(f'compiler_options must be a dict, None or "auto", not {options!r}')
+        return FAST_COMPILE if layout.size + layout.observed_size < LARGE_MODEL else None
+    return options
+
+
+def options_for_work(options, work: int):
+    """``options``, or XLA's defaults (``None``) where they are the automatic
+    :data:`FAST_COMPILE` and the program evaluates ``work`` >= :data:`HEAVY_PROGRAM` numbers."""
+    return None if options is FAST_COMPILE and work >= HEAVY_PROGRAM else options
+
+
+@functools.lru_cache(maxsize=None)
+def _known_option(name: str, value) -> bool:
+    try:
+        jax.jit(lambda x: x, compiler_options={name: value}).lower(0.0).compile()
+    except Exception:  # "No such compile option" from a jaxlib without it
+        return False
+    return True
+
+
+def usable_compiler_options(options):
+    """``options`` less the entries of :data:`FAST_COMPILE` / :data:`BATCH_COMPILE` this jaxlib does not know.
+
+    Checked once per option on first use (after the user has configured JAX), by
+    compiling an identity; options a user adds are passed on unchecked.
+    """
+    if options is None:
+        return None
+    ours = {**FAST_COMPILE, **BATCH_COMPILE}
+    return {k: v for k, v in options.items() if not (k in ours and v == ours[k]) or _known_option(k, v)}
+
+
+class _Static:
+    """Hashable wrapper for a non-array model argument (compared by value, else identity)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def _key(self):
+        if isinstance(self.value, StaticArray):  # data the model needs concretely: by content
+            return (StaticArray, self.value.content_key())
+        try:
+            hash(self.value)
+            return (type(self.value), self.value)
+        except TypeError:
+            return (type(self.value), id(self.value))
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __eq__(self, other):
+        return isinstance(other, _Static) and self._key() == other._key()
+
+
+def is_traced(x) -> bool:
+    """A leaf that is traced (a :class:`~numpyro_lm.runtime.static_data.StaticArray` is static)."""
+    return isinstance(x, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct)) and not isinstance(x, StaticArray)
+
+
+class InputKey(NamedTuple):
+    """The static part of a pytree of inputs: its structure and non-array leaves."""
+
+    treedef: object
+    static: tuple  # one entry per leaf: a _Static, or None where the leaf is an array
+
+
+def split_inputs(tree):
+    """``(arrays, key)``: the array leaves of ``tree`` (traced) and an :class:`InputKey`."""
+    leaves, treedef = jax.tree.flatten(tree)
+    arrays = [leaf for leaf in leaves if is_traced(leaf)]
+    static = tuple(None if is_traced(leaf) else _Static(leaf) for leaf in leaves)
+    return arrays, InputKey(treedef, static)
+
+
+def merge_inputs(arrays, key: InputKey):
+    """Inverse of :func:`split_inputs`."""
+    arrays = iter(arrays)
+    return jax.tree.unflatten(key.treedef, [next(arrays) if s is None else s.value for s in key.static])
+
+
+def shape_key(arrays) -> tuple:
+    """Shapes and dtypes of the arrays, with the precision mode: what a compiled program depends on."""
+    return tuple((np.shape(a), str(jax.numpy.result_type(a))) for a in arrays) + (jax.config.jax_enable_x64,)
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(options: Optional[tuple], num_static: int) -> Callable:
+    """``jax.jit`` of :func:`_call` with these XLA options (one wrapper per option set)."""
+    opts = None if options is None else usable_compiler_options(dict(options))
+    return jax.jit(_call, static_argnums=tuple(range(6 + num_static)), compiler_options=opts)
+
+
+def _call(fn, key, axes, mesh, vectorized, num_static, *rest):
+    """Run ``fn`` on one data set, or vmap (and shard) it over the batch (see :func:`program`)."""
+    static, (inputs, arrays) = rest[:num_static], rest[num_static:]
+
+    def one(inputs, arrays):
+        args, kwargs = merge_inputs(inputs, key)
+        return fn(*static, *arrays, args, kwargs)
+
+    if axes is None:
+        return one(inputs, arrays)
+    if vectorized:
+        def mapped(inputs, arrays):
+            return fn(*static, axes, key, inputs, *arrays)
+    else:
+        mapped = jax.vmap(one, in_axes=([0 if batched else None for batched in axes], 0))
+    if mesh is not None:
+        spec = PartitionSpec(mesh.axis_names[0])
+        in_specs = ([spec if batched else PartitionSpec() for batched in axes], spec)
+        # check_vma=False: the per-data-set loops start from constants (replicated) and carry
+        # batched values; the program is elementwise over the batch, which is what we assert
+        mapped = jax.shard_map(mapped, mesh=mesh, in_specs=in_specs, out_specs=spec, check_vma=False)
+    return mapped(inputs, arrays)
+
+
+def program(fn: Callable, *static, compiler_options=FAST_COMPILE, axes=None, mesh: Optional[Mesh] = None,
+            vectorized: bool = False):
+    """``fn(*static, *arrays, args, kwargs)`` compiled; returns ``run(arrays, args, kwargs)``.
+
+    ``fn`` and the ``static`` values must be hashable (module-level functions, NamedTuples
+    of hashable fields): they key ``jax.jit``'s cache with the argument shapes, so a second
+    call with new data of the same shapes runs the compiled program.
+
+    :param axes: ``None`` for one data set; else a tuple with one flag per array leaf of
+        ``(args, kwargs)`` (in :func:`split_inputs` order), ``True`` where the leaf carries a
+        leading batch axis. ``arrays`` are then batched along their leading axis too, and
+        ``fn`` is vmapped over the batch.
+    :param mesh: a one-axis :class:`jax.sharding.Mesh`: the batch is split across its
+        devices with ``jax.shard_map`` (its size must be a multiple of the mesh's).
+    :param vectorized: ``fn`` handles the batch itself, called as ``fn(*static, axes,
+        input_key, inputs, *arrays)`` with the array leaves ``inputs`` of ``(args, kwargs)``
+        (batched where ``axes`` says) and their :class:`InputKey` (on each device's share
+        of the batch where there is a mesh).
+    """
+    options = None if compiler_options is None else tuple(sorted(compiler_options.items()))
+    jitted = _compiled(options, len(static))
+
+    def run(arrays, args=(), kwargs=None):
+        inputs, key = split_inputs((tuple(args), dict(kwargs or {})))
+        return jitted(fn, key, axes, mesh, vectorized, len(static), *static, inputs, tuple(arrays))
+
+    return run
+
+
+def batch_mesh(devices=None) -> Optional[Mesh]:
+    """A one-axis mesh ``("batch",)`` over ``devices`` (default: this process's devices),
+    or ``None`` where there is only one."""
+    devices = list(jax.local_devices() if devices is None else devices)
+    if len(devices) < 2:
+        return None
+    return Mesh(np.array(devices), ("batch",))
+
+
+def in_float64(run: Callable, arrays, args=(), kwargs=None):
+    """``run(arrays, args, kwargs)`` (a :func:`program`) traced and run in float64, its
+    floating inputs converted (exactly) from float32, its outputs fetched to the host.
+
+    For the importance weights ``log p - log q``: a float32 ``log p`` of a model with many
+    data points carries a round-off of ``eps * sum |terms|`` that can fake a heavy tail of
+    the weights (``p`` near a boundary of its support) or hide a real one (a large ``|log p|``).
+    """
+    with jax.enable_x64(True):
+        def up(a):  # on the host: an eager conversion would compile a program per shape
+            # fresh objects: jaxlib 0.10 reuses an array's float32-mode (int32, float32)
+            # conversion by identity in float64 mode ("lax.add requires ... int32, int64" in
+            # indexing for a StaticArray; "expected s64[105] but got s32[105]" and "expected
+            # f64[400] but got f32[400]" for data an earlier elliptical slice run had converted)
+            if _is_floating(a):
+                return np.array(jax.device_get(a), np.float64)  # np.array copies
+            return a.copy() if isinstance(a, np.ndarray) else a
+
+        wide = jax.tree.map(up, (arrays, tuple(args), dict(kwargs or {})))
+        try:
+            return jax.device_get(run(*wide))
+        except ValueError as error:
+            if "Cannot lower jaxpr" not in str(error):
+                raise
+    # jaxlib 0.10 lowers a NumPy array the model closes over (global data) with the dtype it
+    # had when first compiled in float32, which float64 programs then reject
+    warnings.warn("the model closes over NumPy arrays (data held in a global or a closure), which JAX cannot "
+                  "compile in float64 after float32: this part ran in float32. Pass the data as arguments of "
+                  "the model (model(x, y=None), run(key, x, y=y)) to keep float64 here.", stacklevel=3)
+    return jax.device_get(run(arrays, args, kwargs))
+
+
+def _is_floating(a) -> bool:
+    return is_traced(a) and jax.numpy.issubdtype(jax.numpy.result_type(a), jax.numpy.floating)

@@ -1,0 +1,47 @@
+"""numpyro_lm.posterior.matched: matched posteriors print their parameters and stay the distributions
+they were (isinstance, methods, pytrees)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+
+from numpyro_lm import LaplaceMatching
+from numpyro_lm.posterior.matched import describe, readable
+
+
+@pytest.mark.parametrize("d, text", [
+    (dist.Gamma(14.0, 4.0), "Gamma(concentration=14, rate=4)"),
+    (dist.Dirichlet(jnp.array([1.5, 2.0, 3.0])), "Dirichlet(concentration=[1.5, 2. , 3. ])"),
+    (dist.Normal(jnp.zeros(2), 1.0).to_event(1), "Independent(Normal(loc=[0., 0.], scale=[1.]), "
+                                                 "reinterpreted_batch_ndims=1)"),
+    (dist.MultivariateNormal(jnp.zeros(20), jnp.eye(20)), "MultivariateNormal(loc=<array (20,)>, "
+                                                          "covariance_matrix=<array (20, 20)>)"),
+])
+def test_readable_prints_the_parameters_and_keeps_the_class(d, text):
+    cls = type(d)
+    d = readable(d)
+    assert repr(d) == text == describe(d)
+    assert isinstance(d, cls) and type(d).__name__ == cls.__name__
+    # still a pytree: jit takes it and gives the same mean
+    np.testing.assert_allclose(jax.jit(lambda x: x.mean)(d), d.mean)
+
+
+def test_a_fits_matched_posteriors_print_their_parameters():
+    def model(y):
+        rate = numpyro.sample("rate", dist.Gamma(2.0, 1.0))
+        scale = numpyro.sample("scale", dist.Uniform(1.0, 3.0))
+        numpyro.sample("y", dist.Poisson(rate), obs=y)
+        numpyro.sample("z", dist.Normal(scale, 0.3), obs=jnp.array([1.8, 2.2, 2.0]))
+
+    lm = LaplaceMatching(model, progress_bar=False).run(jax.random.PRNGKey(0), jnp.arange(20.0) % 7)
+    rate = lm.posterior["rate"]
+    assert isinstance(rate, dist.Gamma)
+    c, r = float(rate.concentration), float(rate.rate)
+    assert repr(rate) == f"Gamma(concentration={c:.5g}, rate={r:.5g})"
+    # a bounded site: its family scaled and shifted onto (1, 3)
+    assert repr(lm.posterior["scale"]).startswith("Beta(concentration1=") and repr(lm.posterior["scale"]).endswith(
+        " * 2 + 1")
+    assert str(lm.posterior).splitlines()[1] == f"  rate: {rate!r}"
