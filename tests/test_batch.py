@@ -29,6 +29,7 @@ def counts(num_datasets, n=6, seed=1):
     return jax.random.poisson(jax.random.PRNGKey(seed), 2.5, (num_datasets, n)).astype(jnp.float64)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_run_many_is_exact_on_every_data_set():
     y = counts(200)
     lm = LaplaceMatching(gamma_poisson, num_samples=50).run_many(KEY, y)
@@ -44,6 +45,7 @@ def test_run_many_is_exact_on_every_data_set():
     assert np.all(np.asarray(d["pareto_k"]) == -np.inf)  # exact: constant weights on every data set
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_run_many_equals_run_one_by_one():
     y = counts(5, seed=2)
     many = LaplaceMatching(gamma_poisson, num_samples=20).run_many(KEY, y)
@@ -104,6 +106,7 @@ def test_shared_arguments_and_float32(x32):
     np.testing.assert_allclose(lm.posterior["beta"].loc, means, rtol=1e-3, atol=1e-4)  # float32 rounding
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_bad_batches_are_refused_and_failures_name_the_data_set():
     with pytest.raises(ValueError, match="same leading batch axis"):
         batch_of((jnp.ones((3, 2)), jnp.ones((4, 2))), {})

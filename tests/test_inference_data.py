@@ -48,6 +48,7 @@ def fitted():
     return lm, idata, (x, group, y)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_groups_dims_and_coords(fitted):
     lm, idata, (x, group, y) = fitted
     N = x.shape[0]

@@ -58,6 +58,7 @@ def normal_normal(y):
 
 
 @pytest.mark.parametrize("groups", [1, 3])
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_beta_binomial_is_exact(groups):
     k = jnp.array([3.0, 0.0, 12.0][:groups])
     n = jnp.array([10.0, 5.0, 12.0][:groups])
@@ -74,6 +75,7 @@ def test_gamma_poisson_is_exact(groups):
 
 
 @pytest.mark.parametrize("groups", [1, 2])
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_dirichlet_multinomial_is_exact_with_zero_counts_and_small_prior(groups):
     counts = jnp.array([[3.0, 0.0, 7.0, 1.0], [0.0, 0.0, 2.0, 0.0]])[:groups]
     alpha = jnp.array([0.5, 1.0, 2.0, 0.7])
@@ -93,6 +95,7 @@ def test_normal_normal_is_exact(groups):
     assert_params(lm, "mu", loc=mean, scale=precision**-0.5)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_multivariate_normal_site_is_exact():
     prior_cov = jnp.array([[2.0, 0.5], [0.5, 1.0]])
     noise_cov = jnp.array([[1.0, -0.3], [-0.3, 0.5]])
@@ -142,6 +145,7 @@ def test_prior_registry_and_user_choice():
     assert isinstance(lm.posterior["s"], dist.InverseGamma)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_sqrt_basis_is_exact_for_gamma():
     """In the sqrt basis the Gamma's Laplace map (thesis Table 3.2, corrected) is exact too."""
     y = jnp.array([[3.0, 4.0, 2.0, 5.0]])
@@ -163,6 +167,7 @@ def test_flat_prior_improper_uniform_is_exact():
     assert_params(lm, "lam", concentration=y.sum() + 1.0, rate=float(y.shape[0]))
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_factor_and_scaled_interval_site_is_exact():
     """A Beta kernel on (x - lo) / (hi - lo) through numpyro.factor: a scaled Beta."""
     lo, hi, a, b = -1.0, 3.0, 4.0, 2.5
@@ -290,6 +295,7 @@ def test_get_samples_shapes_and_deterministic_sites():
     assert more["theta"].shape == (7, 3)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_dependent_support_is_rebuilt_from_current_values():
     """b ~ Uniform(0, 1 - a): every draw must satisfy a + b < 1 with its own a."""
     y = jnp.full(30, 0.95)
@@ -364,6 +370,7 @@ def test_second_run_with_same_shapes_does_not_retrace():
     assert_params(lm, "lam", concentration=8.0, rate=6.0)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_float32_works(x32):
     y = jnp.array([[1.0, 4.0, 0.0, 2.0]])
     lm = LaplaceMatching(gamma_poisson).run(KEY, y)
@@ -530,6 +537,7 @@ def test_results_before_run_and_empty_model():
         fit(empty, jnp.array(1.0))
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_gp_prior_is_whitened_and_exact_in_float32(x32):
     """A MultivariateNormal site gets the whiten basis (f = L z): a GP regression with an RBF
     kernel and jitter 1e-6 in float32 matches the closed-form posterior (in the f coordinates,

@@ -17,6 +17,7 @@ from numpyro_lm.plotting import coordinate_density
 matplotlib.use("Agg")
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_coordinate_density_of_batched_and_dirichlet_sites():
     grid = jnp.linspace(0.05, 0.95, 7)
     gamma = dist.Gamma(jnp.array([2.0, 5.0]), jnp.array([1.0, 3.0]))
@@ -34,6 +35,7 @@ def model(counts, total):
     numpyro.sample("c", dist.Multinomial(total, w), obs=counts)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_plot_marginals_overlays_two_posteriors(tmp_path):
     counts = jnp.array([2.0, 3.0, 5.0])
     lm = LaplaceMatching(model, num_samples=500).run(jax.random.PRNGKey(0), counts, 10)

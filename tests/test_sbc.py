@@ -25,6 +25,7 @@ def gamma_poisson(y):
         numpyro.sample("y", dist.Poisson(lam), obs=y)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_conjugate_model_is_calibrated(x32):
     # LM is the exact posterior here: the ranks are uniform; the test's family-wise level is
     # 0.95, so a calibrated model fails it for 5 % of seeds (this seed passes, as it should)

@@ -88,7 +88,16 @@ def worst_gap(name, samples):
     return max(gaps)
 
 
-@pytest.mark.parametrize("name", sorted(TRUSTED | UNTRUSTED | RUNS))
+# the default subset (make test) fits these quick ones; CI=true and make test-all fit every model
+QUICK = {"eight_schools_noncentred", "double_well", "von_mises_circular", "param_site", "eight_schools_locscale", "pumps", "int_arg", "ar1_scan",
+         "poisson_regression", "exponential_lognormal", "zero_size", "logistic_regression", "class_model", "baseball_logit", "funnel", "eight_schools_centred", "banana"}
+
+
+def _quick_first(names) -> list:
+    return [n if n in QUICK else pytest.param(n, marks=pytest.mark.slow) for n in sorted(names)]
+
+
+@pytest.mark.parametrize("name", _quick_first(TRUSTED | UNTRUSTED | RUNS))
 def test_continuous_models_run_and_are_right_where_trusted(name):
     lm = fit(name)
     samples = lm.get_samples()
@@ -110,7 +119,8 @@ def test_continuous_models_run_and_are_right_where_trusted(name):
         assert gap < WRONG, f"{name}: trusted, yet {gap:.2f} SD from NUTS"
 
 
-@pytest.mark.parametrize("name", sorted(REFUSED))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in ("regularised_horseshoe", "von_mises")
+                                  else n for n in sorted(REFUSED)])
 def test_what_cannot_be_approximated_is_refused_by_name(name):
     with pytest.raises(ValueError, match=REFUSED[name]):
         fit(name)

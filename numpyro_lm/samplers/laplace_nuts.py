@@ -73,10 +73,10 @@ from ..marginal.quadrature import SLOPE_POINTS
 from ..mode.hessian import DenseHessian, structure_tol
 from ..mode.newton import default_tol
 from ..runtime.static_data import static_where_needed
-from .tilted_nuts import (LaplaceNUTSState, MarginalTarget, chain_keys, chain_state, default_marginalized,
-                          potential_energy, sample_chain, split_coordinates, tilt_from_moves)
+from .tilted_nuts import (MarginalTarget, chain_keys, chain_state, default_marginalized, potential_energy, sample_chain,
+                          split_coordinates)
 
-__all__ = ["LaplaceNUTS", "LaplaceNUTSState", "default_marginalized", "tilt_from_moves"]
+__all__ = ["LaplaceNUTS"]  # its state and pure functions: .tilted_nuts
 
 
 @lru_cache(maxsize=1)

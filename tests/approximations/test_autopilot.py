@@ -50,6 +50,7 @@ def exact_sigma_cdf(grid):
     return np.cumsum(density) / density.sum()
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_the_noise_scale_offset_is_fixed_by_nested_laplace(x32):
     with warnings.catch_warnings():
         warnings.simplefilter("error", NotTrustedWarning)  # the final answer is trusted: no warning
@@ -81,6 +82,7 @@ SIGMA = jnp.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
 YS = jnp.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_a_hierarchical_scale_goes_to_nested_laplace_first(x32):
     # tau sets theta's prior: the joint mode is the wrong summary (here it does not even
     # exist: the search runs into the funnel's neck), so the structure sends it to nested
@@ -111,6 +113,7 @@ def test_strategy_is_checked_and_explicit_options_win():
     assert lm.diagnostics()["trail"] is None
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_fallback_runs_warm_started_nuts_where_nothing_is_trusted(x32):
     # a bimodal target: no Gaussian candidate is trusted; NUTS from the fit finds both modes
     def two_bumps():
@@ -169,6 +172,7 @@ def test_laplace_nuts_fallback_integrates_the_field_out_where_the_joint_fit_is_n
     assert tau.shape == (2000,) and abs(tau.mean() - 3.6) < 0.6
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_laplace_nuts_fallback_without_a_field_goes_on_to_nuts_and_says_so(x32):
     def two_bumps():
         x = numpyro.sample("x", dist.Normal(0.0, 10.0))

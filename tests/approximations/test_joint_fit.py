@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from numpyro_lm.approximations import joint_fit as fit_module
 from numpyro_lm.approximations.joint_fit import largest_intermediate, log_densities, map_rows
@@ -19,6 +20,7 @@ def test_largest_intermediate_sees_the_kernel_matrix():
     assert size == n * n
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_map_rows_in_chunks_equals_vmap(monkeypatch):
     n = 40
     x = jnp.linspace(-3, 3, n)

@@ -206,6 +206,7 @@ def test_mean_shift_moves_a_skewed_conditional_towards_its_mean():
     assert abs(mode + float(shift[0]) - mean) < 0.2 * abs(mode - mean)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_nested_fit_works_with_summary_arviz_and_warm_start(capsys):
     model, args, kwargs = MODELS["eight_schools"]()
     lm = LaplaceMatching(model, hyper=["tau"], num_samples=500).run(jax.random.PRNGKey(0), *args, **kwargs)
@@ -238,6 +239,7 @@ def test_design_covariances_with_rounding_below_zero_still_factor():
     np.testing.assert_allclose(rebuilt, bad, atol=288.0 * np.finfo(np.float32).eps * 2)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_block_quadrature_corrects_the_laplace_integral_of_each_block(x64):
     """Five groups of five binary observations with a random intercept each: the Laplace
     integral plus the Gauss-Hermite correction equals the exact one-dimensional integrals
@@ -279,6 +281,7 @@ def test_block_quadrature_corrects_the_laplace_integral_of_each_block(x64):
         np.testing.assert_allclose(batched, unbatched, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_block_quadrature_stays_right_where_a_large_variance_makes_the_likelihood_a_step(x64):
     """Binary pairs under sigma = 20: each group's likelihood in its intercept is a step, the
     slope jumps by 2 sigma within 1 / sigma of the mode. The values at the nodes, integrated
@@ -322,6 +325,7 @@ def poisson_glmm(group, num_groups, y=None):
         numpyro.sample("y", dist.Poisson(jnp.exp(beta + sigma * z[group])), obs=y)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_scalar_block_marginal_matches_the_exact_integral(x64):
     """The structured inner fits' log p~(sigma | y) of a Poisson GLMM (30 groups of three
     counts) against the exact marginal (Gauss-Hermite over each group's intercept, a fine grid

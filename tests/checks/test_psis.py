@@ -84,6 +84,7 @@ def conjugate_log_evidence():
     return float(poisson + binomial + multinomial + normal)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_weights_constant_on_conjugate_model(x64):
     # every site's matched family is its exact posterior, so log p - log q is the log
     # evidence for every draw: this checks the copula density (Gamma, Beta, Dirichlet and
@@ -102,6 +103,7 @@ def test_weights_constant_on_conjugate_model(x64):
     assert fields["log_weight"].shape == (chains, lm.num_samples // chains)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_exact_fit_is_trusted_in_float32(x32):
     # the weights are computed in float64, so they show the float32 fit's own error (a mode
     # within 1e-3 SD, the Newton tolerance): tiny, light-tailed, moving no marginal

@@ -79,6 +79,7 @@ def sigma_marginal_cdf(grid):
 
 
 @pytest.mark.parametrize("with_block", [False, True])
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_joint_vs_marginal_offset_is_not_trusted_in_float32(x32, with_block):
     extra = None
     if with_block:

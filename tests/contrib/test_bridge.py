@@ -19,6 +19,7 @@ def _random_gaussian(k, seed=0):
     return jax.random.normal(key2, (k,)), a @ a.T + 0.1 * jnp.eye(k)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_condition_zero_sum_is_gaussian_conditioning():
     """Against the generic formula mu + S A'(A S A')^-1 (0 - A mu) with A = 1' (thesis B.2)."""
     mean, cov = _random_gaussian(5)

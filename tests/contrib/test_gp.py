@@ -84,6 +84,7 @@ def _dense_gp(params, x, mean, noise, test):
 
 
 @X64
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_the_gp_is_the_closed_form_heteroskedastic_regression():
     rng = np.random.default_rng(0)
     pseudo = pseudo_observations(rng.uniform(-2, 2, (15, 2)), rng.poisson(3.0, 15).astype(float), "counts",
@@ -113,6 +114,7 @@ def test_the_matched_predictive_round_trips_the_latent_gaussian(kind):
     np.testing.assert_allclose(back_var, var, rtol=1e-10)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_many_points_per_input_recover_the_true_probability():
     # 25 inputs, 400 Bernoulli draws each: each group's Beta is sharp (sd of p about 0.02),
     # so the prediction at the inputs must follow the true curve within a few of those SDs
@@ -128,6 +130,7 @@ def test_many_points_per_input_recover_the_true_probability():
     assert np.max(np.abs(pred.expected - p)) < 0.08  # 4 SDs of the worst group's binomial error (0.025 at p=0.5)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_a_failed_fit_leaves_the_object_as_it_was():
     lm = LMGP("counts", num_steps=50).fit(np.arange(5.0), np.array([1.0, 2.0, 3.0, 2.0, 1.0]))
     before = lm.predict(np.array([2.5])).expected
@@ -160,6 +163,7 @@ def test_categories_are_the_thesis_dirichlet_on_the_zero_sum_plane():
 
 
 @X64
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_covariance_groups_are_the_likelihood_as_an_inverse_wishart():
     rng = np.random.default_rng(0)
     r = rng.normal(size=(20, 3))
@@ -177,6 +181,7 @@ def test_covariance_groups_are_the_likelihood_as_an_inverse_wishart():
 
 
 @X64
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_an_isotropic_covariance_likelihood_has_the_closed_form_noise():
     # Psi = c I: S = log(c / n) I, and -d2 l = (n / 2) (1 on diagonal entries, 2 off it) in vech(S)
     from numpyro_lm.contrib.gp.pseudo import _covariance_likelihood_gaussian
@@ -194,6 +199,7 @@ def _kernel(params, a, b):
 
 
 @X64
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_the_block_gp_is_the_closed_form_kronecker_regression():
     rng = np.random.default_rng(2)
     x = rng.uniform(-2, 2, (40, 1))
@@ -223,6 +229,7 @@ def test_the_block_gp_is_the_closed_form_kronecker_regression():
     np.testing.assert_allclose(diagonal_log_marginal_likelihood(params, *data, jnp.asarray(corr)), diagonal, rtol=1e-8)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_many_draws_per_input_recover_the_true_class_probabilities():
     # 12 inputs, 300 draws of 3 categories each: each group's Dirichlet is sharp (sd of a
     # probability about 0.03), so the predicted class probabilities follow the truth
@@ -267,6 +274,7 @@ def test_bad_block_options_are_refused_by_name(kwargs, match):
 
 @X64
 @pytest.mark.parametrize("kind, y", [("counts", np.array([3, 0, 2, 5, 1, 4])), ("categorical", np.array([0, 1, 2, 0, 1, 2]))])
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_the_collapsed_model_is_the_marginal_likelihood(kind, y):
     from numpyro.infer.util import log_density
 
@@ -285,6 +293,7 @@ def test_the_collapsed_model_is_the_marginal_likelihood(kind, y):
 
 
 @X64
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_the_pseudo_likelihood_site_is_the_groups_gaussians():
     import numpyro
     from numpyro.infer.util import log_density
@@ -318,6 +327,7 @@ def test_hyperparameter_draws_average_into_one_prediction():
     assert np.all(var >= (parts[0][1] + parts[1][1]) / 2 - 1e-6)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_relabelling_the_classes_permutes_the_predicted_probabilities():
     # the prior over the zero-sum logits is exchangeable across classes (one amplitude for the
     # arbitrary orthonormal coordinates), so a permutation of the labels permutes the prediction
@@ -331,6 +341,7 @@ def test_relabelling_the_classes_permutes_the_predicted_probabilities():
     np.testing.assert_allclose(q[:, perm], p, atol=0.02)  # float32 Adam paths differ slightly
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_a_constant_input_dimension_is_ignored_not_fatal():
     # a pixel that is 0 in every training image must not make a test image with ink there
     # uncorrelated with everything (a lengthscale of 1e-6 did: every prediction at the prior mean)
@@ -392,6 +403,7 @@ def test_the_compound_predictives_are_the_closed_forms():
     ("counts", np.array([3, 0, 2, 5, 1, 4, 2, 2, 7, 1]), np.arange(10) // 2),
     ("categorical", np.array([0, 1, 2, 0, 1, 2, 2, 2, 1, 0]), np.arange(10)),
 ])
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_the_loo_objective_sums_fits_without_each_group(kind, y, labels):
     # brute force: drop each group, predict it with the GP at the same hyperparameters, map to
     # the matched family and score the group's data
@@ -413,6 +425,7 @@ def test_the_loo_objective_sums_fits_without_each_group(kind, y, labels):
     np.testing.assert_allclose(got, total, rtol=1e-6)  # the variance floor (1e-6) is far below these variances
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_the_loo_search_beats_the_evidence_on_single_labels():
     # 60 single noisy labels of a smooth probability over 3 inputs: the evidence of their
     # pseudo-observations (noise about 1/eps = 100 each) picks a small amplitude, the
@@ -449,6 +462,7 @@ def test_loo_is_refused_for_covariances_by_name():
     pytest.param("covariance", np.random.default_rng(7).normal(size=(6, 2)), np.arange(6) // 3,
                  marks=pytest.mark.slow),  # 14 s on one core: runs where CI=true
 ])
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_a_site_expanded_at_its_own_mode_is_laplace_matching(kind, y, labels):
     pseudo = pseudo_observations(np.arange(6.0), y, kind, labels)
     params = {k: jnp.asarray(v) for k, v in pseudo.params.items()}
@@ -480,6 +494,7 @@ def _joint_log_posterior(kind, params, pseudo, f):
     ("counts", np.array([3, 0, 2, 5, 1, 4, 0, 7])),
     ("categorical", np.array([0, 1, 2, 0, 1, 2, 2, 1])),
 ])
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_newton_steps_reach_the_latent_gps_mode(kind, y):
     # the fixed point: the gradient of the joint log posterior of the latent values vanishes at
     # the GP's posterior mean on the re-expanded sites
@@ -500,6 +515,7 @@ def test_newton_steps_reach_the_latent_gps_mode(kind, y):
     assert np.max(np.abs(jax.grad(lambda v: _joint_log_posterior(kind, params, pseudo, v))(start))) > 1e-2
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_newton_steps_remove_the_pooled_bias_of_single_counts():
     # 400 single Poisson counts of a smooth rate: each site sits at log(y + eps), biased low for
     # small counts, and the GP pools that bias (measured: RMSE 0.65 of the rate, 28 % of the
@@ -528,6 +544,7 @@ def test_newton_steps_remove_the_pooled_bias_of_single_counts():
     ("counts", np.array([3, 0, 2, 5, 1, 4]), np.arange(6), ("exact", 10)),
     ("covariance", np.random.default_rng(9).normal(size=(6, 2)), np.arange(6) // 3, ("diagonal", 10)),
 ])
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_the_default_choices_follow_the_kind_and_the_groups(kind, y, labels, expected):
     pseudo = pseudo_observations(np.arange(6.0), y, kind, labels)
     assert tuple(default_choices(pseudo)) == expected

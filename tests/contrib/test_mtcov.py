@@ -83,6 +83,7 @@ def test_simplex_step_near_a_pole(a, b, old):
     np.testing.assert_allclose(mu, mu[0], rtol=1e-8)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_recovers_planted_partition():
     edges, x, truth, lam_true = _planted(seed=0)
     N = len(x)

@@ -36,6 +36,7 @@ def fitted():
 
 
 @pytest.mark.parametrize("directed, site", [(True, "U"), (True, "V"), (False, "U")])
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_a_nodes_local_density_has_the_joint_hessians_block(small, directed, site):
     g, net, em, am = small
     params = _random_params(g.network, 3, directed)
@@ -48,6 +49,7 @@ def test_a_nodes_local_density_has_the_joint_hessians_block(small, directed, sit
         np.testing.assert_allclose(block, full[i, :, i, :], atol=1e-4 * float(jnp.max(jnp.abs(block))))
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_the_numpyro_model_is_the_log_joint(small):
     g, net, em, am = small
     params = _random_params(g.network, 3, True)
@@ -55,6 +57,7 @@ def test_the_numpyro_model_is_the_log_joint(small):
     np.testing.assert_allclose(value, log_joint(params, net, em, am), rtol=1e-5)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_joint_covariances_are_blocks_of_the_inverse_dense_hessian_at_the_mode(fitted):
     g, em, am, fit = fitted
     net, em, am = as_arrays(g.network), jnp.asarray(em), jnp.asarray(am)
@@ -108,6 +111,7 @@ def test_logistic_normal_intervals_hold_their_share_of_softmax_draws(sd):
     np.testing.assert_allclose(inside, 0.9, atol=0.015)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_fit_recovers_planted_communities_and_scores_held_out_entries(fitted):
     g, em, am, fit = fitted
     assert fit.covariance == "joint"  # 45 nodes: far below JOINT_LIMIT
@@ -121,6 +125,7 @@ def test_fit_recovers_planted_communities_and_scores_held_out_entries(fitted):
     assert auc > 0.65  # Bernoulli layer, measured ~0.75 here and ~0.8 at N = 500; chance is 0.5
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_an_undirected_fit_ties_v_to_u():
     g = mtcov_network(30, 3, 10, seed=2)
     fit = fit_piham(g.network, 3, directed=False, num_restarts=2, num_steps=400, covariance="node")

@@ -33,6 +33,7 @@ def _dense_hessian(curv, d, k):
 
 
 @X64
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_the_full_curvature_is_the_exact_hessian_of_the_last_layer():
     # the logits are linear in the last layer, so the GGN is the Hessian of the cross-entropy
     features, labels, weight, bias = _problem()
@@ -133,6 +134,7 @@ def test_the_probit_predictive_is_its_formula_and_mc_is_the_expectation():
 
 
 @X64
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_the_bridges_agree_on_a_zero_sum_gaussian_and_lb_norm_scales_by_sum_or_mean():
     rng = np.random.default_rng(3)
     root = rng.normal(size=(3, 3))
@@ -181,6 +183,7 @@ def test_auroc_is_the_share_of_correctly_ordered_pairs():
 # ------------------------------------------------------------------ end to end
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_last_layer_laplace_on_a_trained_softmax_regression():
     # features tanh(x A) of three separated blobs, the last layer trained by gradient descent:
     # the bridge's probabilities follow the MAP's, more so where the data are, and the OOD
@@ -213,6 +216,7 @@ def test_last_layer_laplace_on_a_trained_softmax_regression():
     assert metrics.auroc(metrics.confidence(pred.probabilities), metrics.confidence(ood.probabilities)) > 0.7
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_the_bridge_stays_finite_where_the_logits_are_far_apart():
     # a ReLU network far from its data: logits 200 apart overflow exp() in float32; the class
     # probabilities come from log alpha and stay finite (the top class's probability 1)
@@ -224,6 +228,7 @@ def test_the_bridge_stays_finite_where_the_logits_are_far_apart():
         np.testing.assert_allclose(p[:, 0], 1.0, atol=1e-6)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_an_equinox_network_plugs_in_by_its_feature_layers_and_last_linear():
     # an equinox MLP: its hidden layers are the feature function, its last Linear the last
     # layer (equinox stores the weight (K, D): pass the transpose); the logit mean is the

@@ -33,6 +33,7 @@ def test_auto_picks_the_arrowhead_above_the_threshold():
     assert choose_curvature(layout(large), "dense") == "dense"
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_auto_falls_back_to_dense_where_the_plate_does_not_hold():
     """600 coordinates in a plate (auto picks the arrowhead) that the likelihood couples: the
     probe refuses the structure and the default refits with the dense curvature."""

@@ -25,6 +25,7 @@ def rate_and_shares(counts, events):
 COUNTS, EVENTS = np.array([3.0, 0.0, 5.0]), np.array([1.0, 4.0, 2.0])
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_layout_log_density_constrain_and_init():
     info = model_info(rate_and_shares, (COUNTS, EVENTS))
     assert [s.name for s in info.layout.sites] == ["rate", "shares"] and info.size == 3

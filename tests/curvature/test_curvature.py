@@ -65,6 +65,7 @@ def test_singular_or_indefinite_precision_is_flagged(kind):
     assert not bool(jnp.all(jnp.isfinite(DenseCurvature.from_precision(singular).variance())))
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_gaussian_samples_and_density():
     h = random_precision(3)
     g = Gaussian(jnp.array([1.0, 0.0, -1.0]), DenseCurvature.from_precision(h))
@@ -128,6 +129,7 @@ STRUCTURED = {
 
 
 @pytest.mark.parametrize("name", sorted(STRUCTURED))
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_structured_operations_match_dense_linear_algebra(name):
     """Every operation of a structured curvature equals the dense algebra of its precision
     (built column by column from ``solve``: no structure assumed in the reference)."""
@@ -154,6 +156,7 @@ def test_structured_operations_match_dense_linear_algebra(name):
     assert w[0] * (1 - 1e-9) <= low <= 1.05 * w[0] and 0.95 * w[-1] <= high <= w[-1] * (1 + 1e-9)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_arrowhead_flags_a_block_that_is_not_positive_definite():
     c = random_arrowhead(4, 2, 3)
     bad = c.a.at[2].set(-c.a[2])
@@ -166,6 +169,7 @@ def test_arrowhead_flags_a_block_that_is_not_positive_definite():
     assert bool(local[2]) and int(np.sum(np.asarray(local))) == 1
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_lowrank_update_flags_a_direction_that_is_not_positive():
     """A negative update larger than the base along one direction: ``positive()`` is false,
     variances are NaN, ``failing_directions`` points at that direction, and ``modified()`` is

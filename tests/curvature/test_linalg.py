@@ -11,6 +11,7 @@ pytestmark = pytest.mark.usefixtures("x64")
 
 
 @pytest.mark.parametrize("batch", [8, 300])  # one LAPACK call per entry; the vectorised loops
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_batched_results_equal_jax_and_unbatched_calls(batch):
     assert (batch <= SEQUENTIAL_MAX) == (batch == 8)
     a = jax.random.normal(jax.random.PRNGKey(0), (batch, 6, 6))

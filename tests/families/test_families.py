@@ -140,6 +140,7 @@ def test_gamma_and_beta_maps_stay_valid_across_scales(a, b):
 
 @settings(max_examples=50, deadline=None)
 @given(alpha=st.lists(positive, min_size=2, max_size=6))
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_dirichlet_bridge_stays_valid_across_scales(alpha):
     family = get_family("dirichlet")
     params = {"concentration": jnp.asarray(alpha)}

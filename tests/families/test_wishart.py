@@ -30,6 +30,7 @@ ROUND_TRIP_PARAMS = [pytest.param(k, c, v, id=f"{'-'.join(k)}-p{v.shape[0]}",
 
 
 @pytest.mark.parametrize("key,counts,v", ROUND_TRIP_PARAMS)
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_round_trip_is_exact_and_batches(key, counts, v):
     """A batch of parameters (one compilation of the jitted maps per family and shape)."""
     family = get_family(*key)
@@ -46,6 +47,7 @@ def test_round_trip_is_exact_and_batches(key, counts, v):
 # one family per basis: each check compiles third derivatives through the matrix function
 @pytest.mark.parametrize("key", [pytest.param(FAMILIES[0], id="wishart-logm", marks=pytest.mark.slow),
                                  pytest.param(FAMILIES[3], id="inverse_wishart-sqrtm")])
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_to_gaussian_is_the_laplace_approximation_in_the_basis(key):
     name, basis = key
     family = get_family(*key)
@@ -68,6 +70,7 @@ def test_to_gaussian_is_the_laplace_approximation_in_the_basis(key):
     "key,scalar",
     [(("wishart", "sqrtm"), ("gamma", "sqrt")), (("inverse_wishart", "logm"), ("inverse_gamma", "log"))],
 )
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_one_by_one_matrices_reduce_to_gamma_maps(key, scalar):
     """Wishart(n, v) with p = 1 is Gamma(n/2, 1/(2v)); InverseWishart(nu, psi) is InverseGamma(nu/2, psi/2)."""
     n, v = 6.0, 0.8
@@ -78,6 +81,7 @@ def test_one_by_one_matrices_reduce_to_gamma_maps(key, scalar):
     np.testing.assert_allclose(cov[0, 0], s2, rtol=1e-6)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 @pytest.mark.parametrize("n", [4.0, 100.0])
 def test_seeds_logm_closed_form_differs_by_order_p_over_n(n):
     """The seeds' Jacobian (det X) moves the mode from logm(n V) to logm((n - p + 1) V).

@@ -55,6 +55,7 @@ def logistic_groups(theta, phi):
     return jnp.sum(y * eta - jnp.logaddexp(0.0, eta)) - 0.5 * jnp.sum(theta**2)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_an_unverified_last_newton_step_saves_an_evaluation_and_lands_within_tol():
     """From the mode at nearby hyperparameters (a leapfrog step away) Newton needs three
     evaluations to certify the mode; predicted from the last two decrements, the third step

@@ -37,6 +37,7 @@ def test_plate_structure_partitions_the_coordinates():
     np.testing.assert_array_equal(structure.local_index[3], [z.offset + 3, w.offset + 3])
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_coloured_hessian_equals_the_dense_one():
     """b + G + 1 = 6 Hessian-vector products give every entry of the 3 + 2 x 9 coordinates'
     Hessian (float64: the comparison is about exactness, up to rounding)."""
@@ -59,6 +60,7 @@ def test_coloured_hessian_equals_the_dense_one():
         assert float(unchecked[3]) == 0.0
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_probe_catches_entries_that_interact():
     with jax.enable_x64(True):
         y = np.random.default_rng(0).normal(size=12)
@@ -76,6 +78,7 @@ def test_a_plate_whose_entries_interact_is_refused():
     assert lm._result is None  # a failed call leaves the object as it was
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_arrowhead_newton_finds_the_dense_mode_and_curvature():
     with jax.enable_x64(True):
         args, kwargs = glmm_data(15, dtype=np.float64)
@@ -93,6 +96,7 @@ def test_arrowhead_newton_finds_the_dense_mode_and_curvature():
         np.testing.assert_allclose(c_arrow.logdet(), c_dense.logdet(), rtol=1e-10)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_saddle_step_is_a_descent_direction():
     """Where H is not positive definite the step comes from |A_j| and |S| (module docstring of
     curvature.arrowhead): still a descent direction."""
@@ -109,6 +113,7 @@ def test_saddle_step_is_a_descent_direction():
     assert float(grad @ step) < 0 and float(decrement) > 0
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_large_fit_uses_the_arrowhead_and_agrees_with_dense():
     """J = 260 groups (D = 523): the default picks the arrowhead; the joint Laplace Gaussian
     equals the dense fit's to float32 rounding (the same mode and precision)."""
@@ -133,6 +138,7 @@ def test_structure_tolerance_follows_the_precision():
     assert structure_tol(np.float64) < 1e-7
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_an_unidentified_local_block_is_named():
     """Two local coordinates that only enter as a sum: each group's block is singular; the
     error names plate entries instead of decomposing 3 x 300 coordinates."""
@@ -214,6 +220,7 @@ def test_lowrank_hessian_equals_the_dense_one():
     assert float(error) <= structure_tol(np.float32)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_lowrank_hessian_reuses_the_previous_range():
     """Given the previous evaluation's range (a regression's likelihood keeps it), the update is
     as exact from ``rank`` products as from a fresh range finder."""
@@ -227,6 +234,7 @@ def test_lowrank_hessian_reuses_the_previous_range():
     assert float(again[3]) <= structure_tol(np.float32)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_lowrank_probe_catches_a_rank_too_small():
     info, strategy, neg, point = lowrank_at(rank=10)
     assert float(strategy.evaluate(neg, point)[3]) > 100 * structure_tol(np.float32)
@@ -238,6 +246,7 @@ def conjugate_wide(x, y=None):
     numpyro.sample("y", dist.Normal(x @ beta, 0.5).to_event(1), obs=y)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_auto_fits_a_wide_regression_with_the_lowrank_update_exactly():
     """p = 600 coefficients, n = 40: the plate's block-arrowhead structure does not hold (every
     coefficient meets every other through X beta), the low-rank update does; the posterior is
@@ -257,6 +266,7 @@ def test_auto_fits_a_wide_regression_with_the_lowrank_update_exactly():
     assert lm.diagnostics()["trusted"]  # exact: constant importance weights
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_nested_fit_with_the_lowrank_update_agrees_with_the_dense_one():
     """Nested Laplace over sigma with low-rank inner fits (float64 inner fits, the mean shift
     by the log-determinant's gradient through the structured Hessian) against dense inner fits:
@@ -275,6 +285,7 @@ def test_run_many_refuses_the_lowrank_update():
         lm.run_many(jax.random.PRNGKey(0), np.stack([x, x]), y=np.stack([y, y]))
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_lowrank_error_names_the_collapsing_scale():
     """p > n with an unknown noise scale: the joint mode lets sigma collapse (the data are fitted
     exactly); the error says so without a dense spectrum."""
@@ -301,6 +312,7 @@ def gp_regression_data(n=600, seed=0):
     return x, (np.sin(2 * x) + 2.0 * rng.normal(size=n)).astype(np.float32)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_numerical_lowrank_holds_a_smooth_kernels_hessian():
     """n = 600 observations are too many for an exact low-rank update (rank n + margin > D / 4);
     the numerical one of rank LOWRANK_NUMERICAL holds the GP's L'WL up to its jitter's tail
@@ -323,6 +335,7 @@ def test_numerical_lowrank_holds_a_smooth_kernels_hessian():
                                atol=info.size * 2.5e-4 + 1e-3)  # log(1 + 2.5e-4) per missed direction
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_auto_fits_a_whitened_gp_with_the_numerical_lowrank_update():
     """The default on n = 600: the plate's arrowhead is refused (L couples every z), the numerical
     low-rank update holds; the posterior is Gaussian, known in closed form."""
@@ -346,6 +359,7 @@ def full_rank_likelihood(a, y=None):
     numpyro.sample("y", dist.Normal(a @ z, 1.0).to_event(1), obs=y)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_numerical_lowrank_is_refused_where_the_spectrum_does_not_fall_off():
     """A random n x n design: A'A has no small numerical rank. curvature='lowrank' is refused at
     the first point (not approximated), naming the cause."""

@@ -21,6 +21,7 @@ def saddle(v):
     return v[0] ** 2 - v[1] ** 2 + 0.25 * v[1] ** 4
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_value_grad_hessian_matches_jax():
     x = jnp.array([0.3, -1.2, 0.8])
     value, grad, hess = value_grad_hessian(rosenbrock, x)
@@ -47,6 +48,7 @@ def _cube_sum(x):
 _cube_sum.defvjp(lambda x: (jnp.sum(x**3), x), lambda x, g: (3.0 * g * _square(x),))
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_curvature_of_a_custom_vjp_goes_reverse_over_reverse():
     # the Hessian of sum(x^3) + rosenbrock is diag(6 x) + rosenbrock's: a closed form to compare with
     def fn(x):
@@ -110,6 +112,7 @@ def test_newton_reports_instead_of_raising():
     assert not bool(state.converged) and not bool(jnp.isfinite(state.value))
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_newton_under_vmap_matches_one_by_one():
     targets = jnp.array([0.5, -2.0, 3.0])
 
@@ -138,6 +141,7 @@ def test_newton_step_is_newton_or_saddle_free(eigenvalues):
         np.testing.assert_allclose(chol @ chol.T, hess, atol=1e-12)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_lbfgs_then_newton():
     x, num_iter, grad_norm = lbfgs(rosenbrock, jnp.array([-1.2, 1.0, 0.5]), 1e-6, 500)
     assert int(num_iter) < 500

@@ -29,6 +29,7 @@ def test_readable_prints_the_parameters_and_keeps_the_class(d, text):
     np.testing.assert_allclose(jax.jit(lambda x: x.mean)(d), d.mean)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_a_fits_matched_posteriors_print_their_parameters():
     def model(y):
         rate = numpyro.sample("rate", dist.Gamma(2.0, 1.0))

@@ -49,6 +49,7 @@ def test_mixture_kl_ordering_of_the_paper():
     assert kl[None] > kl["mean"] > kl["eig"] > kl["lowrank"]
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_bound_of_a_gaussian_target_is_its_entropy_identity():
     # for p = N(0, I) in 2-D and q = p the bound is log Z = 0 up to the MC error of the
     # fixed draws' second moment: E[log p] = -(log 2 pi + 1) exactly, entropy cancels it
@@ -59,6 +60,7 @@ def test_bound_of_a_gaussian_target_is_its_entropy_identity():
 
 
 @pytest.mark.parametrize("method", ["mean", "eig", "lowrank", "diag", "dadvi"])
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_refinement_never_lowers_the_bound(method):
     # a skewed 2-D target (Gumbel x Normal): every refinement raises the bound
     def log_p(w):
@@ -72,6 +74,7 @@ def test_refinement_never_lowers_the_bound(method):
     assert 0.3 < float(refined.mean[0]) < 0.8
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_dadvi_newton_reaches_the_optimum_lbfgs_reaches_on_the_same_draws():
     # "dadvi" and "eig" share the fixed-draw bound (the same root, its scales in logs): on
     # the same draws Newton and L-BFGS must find the same optimum of this smooth function
@@ -89,6 +92,7 @@ def test_dadvi_newton_reaches_the_optimum_lbfgs_reaches_on_the_same_draws():
 
 
 @pytest.mark.parametrize("method", ["eig", "dadvi"])
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_refine_works_in_float32(x32, method):
     with pytest.warns(NotTrustedWarning):  # the Gaussian misses the mixture's second component
         lm = LaplaceMatching(mixture, refine=method).run(KEY)

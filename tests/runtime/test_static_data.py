@@ -54,6 +54,7 @@ def test_only_the_arguments_needed_concretely_become_static():
     assert out.shape == (3,)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_a_model_that_sizes_its_plate_from_the_data_fits_and_refits():
     group, y = data()
     lm = LaplaceMatching(grouped, progress_bar=False)

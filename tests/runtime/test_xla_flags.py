@@ -31,6 +31,7 @@ def _python(code, timeout=120, flags=None):
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_import_sets_the_flag_and_batched_solves_finish():
     # a hang fails as subprocess.TimeoutExpired (the work itself takes about a second)
     out = _python("import os, numpyro_lm\nprint(os.environ['XLA_FLAGS'])\n" + FOUR_SOLVES + "print('done')")

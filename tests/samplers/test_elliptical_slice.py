@@ -77,6 +77,7 @@ def skew_normal():
     numpyro.factor("skew", norm.logcdf(2.0 * x))
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_laplace_ellipse_samples_a_non_gaussian_target_exactly():
     # skew-normal(2): mean delta sqrt(2/pi), delta = 2/sqrt(5); LM alone is 0.26 SD off
     delta = 2.0 / np.sqrt(5.0)

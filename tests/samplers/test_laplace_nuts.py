@@ -19,6 +19,7 @@ from shared_models import Y, exact_posterior, gaussian_hierarchy, whitened_field
 
 
 @pytest.mark.parametrize("precision", ["x32", pytest.param("x64", marks=pytest.mark.slow)])
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_a_gaussian_hierarchy_gives_the_exact_marginal_of_the_hyperparameter(precision, request):
     request.getfixturevalue(precision)
     kernel = LaplaceNUTS(gaussian_hierarchy)
@@ -37,6 +38,7 @@ def test_a_gaussian_hierarchy_gives_the_exact_marginal_of_the_hyperparameter(pre
 
 
 @pytest.mark.parametrize("chain_method", ["sequential", pytest.param("vectorized", marks=pytest.mark.slow)])
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_chains_run_sequential_and_vectorized(chain_method):
     """Two chains as MCMC runs them: sequential (init outside any transform: the structure
     check and the compiled programs of the first chain serve the second) and vectorized (init
@@ -117,6 +119,7 @@ def test_parallel_chains_check_the_start_as_the_other_chain_methods_do():
     assert "conditional mode of the latent field" in out["no_mode"]
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_the_default_split_and_refusals():
     info = model_info(gaussian_hierarchy, (Y,))
     assert default_marginalized(info.layout) == ["theta"]
@@ -186,6 +189,7 @@ def test_unknown_nuts_options_are_refused_by_name():
         LaplaceNUTS(gaussian_hierarchy, quadrature="delayed")
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_a_model_that_uses_its_data_in_numpy_runs():
     # a plate size read with NumPy from the data, as models written for MCMC do
     def model(group, y):
@@ -298,6 +302,7 @@ def test_both_quadratures_sample_the_corrected_marginal():
     assert abs(laplace_mean - exact_mean) > 4 * laplace_se  # the test can fail: Laplace alone is off
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_a_new_tilt_moves_nuts_potential_and_gradient_with_it():
     """Re-tilting mid-warm-up rewrites NUTS's cached potential and gradient; they must equal
     the tilted potential's own at the point (a sign slip would bias the warm-up's moves)."""
@@ -336,6 +341,7 @@ def test_the_tilt_is_the_least_squares_slope_of_the_moves():
     np.testing.assert_allclose(tilt_from_moves(flat), [3.0, 0.0], rtol=1e-5)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_a_move_turned_down_keeps_the_chains_mode_and_inner_hessian():
     """Delayed acceptance turning NUTS's move down leaves the chain where it was: its point, and
     the conditional mode and inner Hessian its state keeps there (no second search)."""

@@ -41,6 +41,7 @@ def dirichlet_counts(counts):
     numpyro.sample("c", dist.Multinomial(counts.sum(), w), obs=counts)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_simplex_mode_and_covariance_in_stick_breaking_coordinates():
     counts = jnp.array([400.0, 300.0, 200.0, 100.0])
     lm = LaplaceMatching(dirichlet_counts).run(KEY, counts)
@@ -63,6 +64,7 @@ def linear_regression(x, y):
     numpyro.sample("y", dist.Normal(x @ beta, 0.5), obs=y)
 
 
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_warm_nuts_samples_the_closed_form_posterior():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(30, 2)) @ np.array([[1.0, 0.9], [0.0, 0.3]])  # correlated posterior
