@@ -353,16 +353,15 @@ def test_auto_fits_a_whitened_gp_with_the_numerical_lowrank_update():
     np.testing.assert_allclose(np.sqrt(np.asarray(lm.gaussian.curvature.variance())), sd, rtol=2e-3)
 
 
-def full_rank_likelihood(a, y=None):
-    with numpyro.plate("n", a.shape[1]):
-        z = numpyro.sample("z", dist.Normal(0.0, 1.0))
-    numpyro.sample("y", dist.Normal(a @ z, 1.0).to_event(1), obs=y)
-
-
 @pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_numerical_lowrank_is_refused_where_the_spectrum_does_not_fall_off():
     """A random n x n design: A'A has no small numerical rank. curvature='lowrank' is refused at
     the first point (not approximated), naming the cause."""
+    def full_rank_likelihood(a, y=None):
+        with numpyro.plate("n", a.shape[1]):
+            z = numpyro.sample("z", dist.Normal(0.0, 1.0))
+        numpyro.sample("y", dist.Normal(a @ z, 1.0).to_event(1), obs=y)
+
     rng = np.random.default_rng(0)
     a = (rng.normal(size=(600, 600)) / np.sqrt(600)).astype(np.float32)
     y = rng.normal(size=600).astype(np.float32)
