@@ -197,7 +197,7 @@ def _value_grad_products(fn, x, probes):
     """``(fn(x), its gradient, H v for each row v of probes)`` from one linearisation of
     ``value_and_grad``: the model's forward and backward pass once, then a tangent pass per
     probe (lax.map, as :func:`_products`), instead of a gradient and then a gradient with its
-    tangent per probe (a 1000-group GLMM's inner Newton evaluation: a quarter less time);
+    tangent per probe (less time for each inner Newton evaluation of a GLMM);
     :func:`_products` where forward mode is refused (:func:`~numpyro_lm.mode.derivatives.hvp`)."""
     try:
         (value, grad), product = jax.linearize(jax.value_and_grad(fn), x)

@@ -1,8 +1,9 @@
 """Running a nested Laplace fit: inner fits in compiled batches, the outer design on the host.
 
-:func:`run_nested` splits the flat coordinates into the hyperparameters' and the rest,
-compiles the inner step for a batch of points (:mod:`.inner`: conditional fits, mean shifts,
-matched normalisers) once per model and shapes, searches the mode of the hyperparameters' Laplace
+:func:`run_nested` splits the flat coordinates into the hyperparameters' and the rest
+(:func:`nested_coordinates`), compiles the inner step for a batch of points
+(:mod:`numpyro_lm.marginal.conditional`: conditional fits, mean shifts, matched normalisers) once
+per model and shapes (:class:`MarginalAtPoints`), searches the mode of the hyperparameters' Laplace
 marginal (:mod:`.search`), lays the integration design around it (:mod:`.design`) and
 matches each site's family to the mixture's moments (:mod:`.mixture`). No joint fit is
 made. Nested fits are for one data set: ``run_many`` refuses them.
@@ -55,8 +56,8 @@ def _inner(info, tol, max_iter, theta_index: tuple, gaussian_cols: tuple, curvat
         return hessian.bind(lambda x: -info.log_prior(site_values(layout, theta_index, theta, x), args, kwargs))
 
     # one point after another (lax.map), not vmap: a point's fit compiles without the batching
-    # transformation (a quarter less compile time of a nested fit, the same run time), and
-    # each point's Newton iterations stop when it converges
+    # transformation (less compile time, the same run time), and each point's Newton iterations
+    # stop when it converges
     fits, curvature = lax.map(lambda tx: conditional_fit(neg, tx[0], tx[1], tol, max_iter, at(tx[0])), (thetas, x0s))
     shift = jnp.zeros_like(fits.x)
     if scalar_blocks(hessian):
