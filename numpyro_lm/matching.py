@@ -152,8 +152,8 @@ class LaplaceMatching:
         args, kwargs, info = self._traced.inputs(args, kwargs)
         check_init_params(init_params, info.layout)
         result = self.options.fit(self.model, info, rng_key, args, kwargs, init_params)
-        self._result = result  # only a fit that passed its checks replaces the last one: a failed call changes nothing
-        diagnostics = result.diagnostics()
+        diagnostics = result.diagnostics()  # before the object changes: a failed call leaves it as it was
+        self._result = result  # only a fit that passed its checks replaces the last one
         if not diagnostics["trusted"]:  # silence is not an answer
             warnings.warn(f"LaplaceMatching: {diagnostics['verdict']}", NotTrustedWarning, stacklevel=2)
         return self

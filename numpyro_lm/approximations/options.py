@@ -116,10 +116,8 @@ class Options(NamedTuple):
         return run_joint(info, options, rng_key, args, kwargs, init_params, **common)
 
     def fit_batch(self, info, batch, rng_key, args, kwargs, init_params, compiler_options, on_failure: str):
-        """The joint fit of a batch of data sets (arguments padded to ``batch``)."""
-        if self.hyper is not None:
-            raise ValueError("run_many fits joint Laplace approximations; nested fits (hyper=) are not batched "
-                             "yet: call run() per data set.")
+        """The joint fit of a batch of data sets (arguments padded to ``batch``; ``run_many`` has
+        refused nested fits already)."""
         if self.curvature == "lowrank":
             raise ValueError("curvature='lowrank' fits one data set at a time: call run() per data set, or pass "
                              "curvature='dense' or 'arrowhead' to run_many.")
