@@ -27,7 +27,8 @@ demo: $(VENV)/.installed
 
 # A worker that crashes ends the run at once: once (of six runs) XLA segfaulted while compiling
 # and the replacement worker hung the suite instead of failing it. Tests marked slow (long
-# end-to-end runs: the docs' pages, MCMC chains) run where CI=true, and with `make test-all`.
+# end-to-end runs: the docs' pages, MCMC chains, the third-party models, large structured fits)
+# run where CI=true, and with `make test-all`; the default subset takes a few minutes on 2 cores.
 SLOW := $(if $(CI),,-m "not slow")
 test: $(VENV)/.installed-dev
 	$(PY) -m pytest -q -n auto --dist loadfile --max-worker-restart=0 $(SLOW) tests
