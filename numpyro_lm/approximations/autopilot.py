@@ -46,8 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..core.curvature_choice import StructureError
-from ..core.structure import hyper_sites
-from ..core.structure import local_scales
+from ..core.structure import hyper_sites, local_scales
 from ..curvature import DenseCurvature
 from ..mode.laplace_state import LaplaceState
 from ..runtime.programs import program

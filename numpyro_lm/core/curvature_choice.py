@@ -18,8 +18,7 @@ from ..families import get_family
 from ..mode.hessian import (ARROWHEAD_MIN_DIM, GLOBAL_MAX, LOCAL_MAX, NUMERICAL_TOL, ArrowheadHessian, DenseHessian,
                             diagonal_structure, exact_lowrank_rank, lowrank_hessian, lowrank_max, plate_structure,
                             structure_tol)
-from .trace import is_elementwise
-from .trace import site_runs
+from .trace import is_elementwise, site_runs
 
 __all__ = ["StructureError", "DenseMemoryError", "dense_bytes", "available_bytes", "event_block_bytes",
            "check_dense_memory", "structure_message", "CURVATURES", "curvature_candidates", "choose_curvature",

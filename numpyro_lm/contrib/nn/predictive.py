@@ -25,8 +25,7 @@ from typing import NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from ...families.laplace_bridge import as_covariance
-from ...families.laplace_bridge import lb_norm, log_dirichlet_from_zero_sum_gaussian
+from ...families.laplace_bridge import as_covariance, lb_norm, log_dirichlet_from_zero_sum_gaussian
 from ..bridge import bridge_spread_factor, condition_zero_sum
 
 __all__ = ["PREDICTIVES", "ClassPredictive", "class_probabilities"]
