@@ -108,14 +108,15 @@ def _match(info, mean, cov, args, kwargs):
 class NestedResult(Result):
     """A nested Laplace fit (:class:`~numpyro_lm.approximations.result.Result`): the design, its
     mixture's Gaussian in the basis and the matched families (``matched``: :func:`_match`'s), and
-    the design's draws made so far (``design_draws``: ``{n: (flat, log q)}``, host arrays)."""
+    the design's draws made so far (``design_draws``: ``{n: (flat, log q)}``, host arrays: taken
+    by the first :meth:`draws` of that number)."""
 
     def __init__(self, info, args, kwargs, rng_key, hyper: list, design: NestedDesign, search: ModeSearch,
                  matched: tuple, num_samples: int, compiler_options, design_draws=None):
         super().__init__(info, args, kwargs, rng_key, num_samples, compiler_options)
         self.hyper, self.design, self.search = hyper, design, search
         self._gaussian, self._params, self._finite, self._positive = matched
-        self._design_draws = dict(design_draws or {})
+        self._design_draws, self._log_q = dict(design_draws or {}), {}
 
     @property
     def gaussian(self):
@@ -126,14 +127,16 @@ class NestedResult(Result):
         return self._params
 
     def _new_draws(self, num_samples: int):
-        if num_samples not in self._design_draws:
-            self._design_draws[num_samples] = design_draws(self.design, self.info.layout, self.rng_key, num_samples)
-        flat = jax.device_put(np.asarray(self._design_draws[num_samples][0], jnp.result_type(float)))
+        # the host draws go to the device once and are not kept (n x D float64: 0.8 GB at 10^5
+        # coordinates); their density stays, for the weights
+        made = self._design_draws.pop(num_samples, None)
+        flat, self._log_q[num_samples] = made or design_draws(self.design, self.info.layout, self.rng_key, num_samples)
+        flat = jax.device_put(np.asarray(flat, jnp.result_type(float)))
         return self.call(constrained, (self.info,), (flat,), points=num_samples), flat
 
     def _new_weights(self, num_samples: int, flat):
         log_p = np.asarray(self.call(log_densities, (self.info,), (flat,), float64=True, points=num_samples))
-        return log_p, np.asarray(self._design_draws[num_samples][1](), np.float64)
+        return log_p, np.asarray(self._log_q[num_samples](), np.float64)
 
     def checks(self) -> FitChecks:
         finite, positive = jax.device_get((self._finite, self._positive))
