@@ -26,7 +26,7 @@ from ..mode.newton import running
 from ..runtime.batch import Batch, pad, take
 from ..runtime.programs import program
 from ..runtime.progress import progress
-from . import joint_fit as joint_fit
+from . import joint_fit
 from .joint_fit import FitOptions, JointFit
 from .result import Result
 

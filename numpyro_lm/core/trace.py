@@ -33,7 +33,7 @@ from ..mode.derivatives import Pieces
 from ..runtime.programs import is_traced
 
 __all__ = ["SiteSpec", "Layout", "SiteChoice", "trace_sites", "missing_data_sites", "site_transform", "basis_value",
-           "is_elementwise", "observed_site_names", "unravel", "ravel", "site_values", "site_runs"]
+           "is_elementwise", "observed_site_names", "split_coordinates", "unravel", "ravel", "site_values", "site_runs"]
 
 
 class SiteSpec(NamedTuple):
@@ -96,6 +96,17 @@ def observed_site_names(trace) -> list:
         n for n, s in trace.items()
         if s["type"] == "sample" and s["is_observed"] and not isinstance(s["fn"], dist.Unit)
     ]
+
+
+def split_coordinates(layout, marginalize) -> tuple:
+    """``(theta_index, phi_index)``: the flat coordinates of the sites named in ``marginalize``
+    and of the rest, each in the layout's order (LaplaceNUTS's field and hyperparameters, a nested
+    fit's hyperparameters and conditional coordinates)."""
+    theta = [s for s in layout.sites if s.name in marginalize]
+    phi = [s for s in layout.sites if s.name not in marginalize]
+    index = lambda sites: np.concatenate([np.arange(s.offset, s.offset + s.size) for s in sites]) if sites else \
+        np.zeros(0, int)
+    return index(theta), index(phi)
 
 
 def unravel(layout: Layout, flat):

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..core.trace import split_coordinates
 from ..marginal.laplace_marginal import laplace_marginal, mode_search, quadrature_correction, scalar_blocks
 
 __all__ = ["TILT_MIN_MOVES", "LaplaceNUTSState", "MarginalTarget", "default_marginalized", "split_coordinates",
@@ -76,15 +77,6 @@ def default_marginalized(layout) -> list:
     inside a plate, and every multivariate-normal latent (a GP's values); the rest (global sites
     outside the plates) are the hyperparameters NUTS samples."""
     return [s.name for s in layout.sites if s.plates or s.prior == "MultivariateNormal"]
-
-
-def split_coordinates(layout, marginalize) -> tuple:
-    """``(theta_index, phi_index)``: the flat coordinates of the sites in ``marginalize`` and of the rest."""
-    theta = [s for s in layout.sites if s.name in marginalize]
-    phi = [s for s in layout.sites if s.name not in marginalize]
-    index = lambda sites: np.concatenate([np.arange(s.offset, s.offset + s.size) for s in sites]) if sites else \
-        np.zeros(0, int)
-    return index(theta), index(phi)
 
 
 def joint_vector(theta, phi, theta_index, phi_index, size):

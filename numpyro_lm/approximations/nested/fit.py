@@ -23,7 +23,7 @@ from ...checks.errors import FitChecks, check_fit
 from ...core.curvature_choice import StructureError, check_dense_memory, structure_message
 from ...core.starts import origin_point
 from ...core.structure import MAX_CCD_DIM, hyper_sites
-from ...core.trace import is_elementwise, site_values
+from ...core.trace import is_elementwise, site_values, split_coordinates
 from ...curvature import DenseCurvature, DiagonalCurvature, Gaussian
 from ...families import get_family
 from ...marginal.conditional import (conditional_fit, conditional_hessian, matched_normaliser, mean_shift,
@@ -182,9 +182,7 @@ class Coordinates(NamedTuple):
 def nested_coordinates(layout, hyper: list) -> Coordinates:
     """The :class:`Coordinates` of a nested fit over the ``hyper`` sites (refused where it would
     leave no latent coordinate, or integrate over too many)."""
-    coords = {s.name: np.arange(s.offset, s.offset + s.size) for s in layout.sites}
-    theta_index = np.concatenate([coords[s.name] for s in layout.sites if s.name in hyper])
-    x_index = np.concatenate([coords[s.name] for s in layout.sites if s.name not in hyper] or [np.zeros(0, int)])
+    theta_index, x_index = split_coordinates(layout, set(hyper))
     if x_index.size == 0:
         raise ValueError("hyper= names every latent site: nothing is left for the conditional Laplace step")
     if theta_index.size > MAX_CCD_DIM:
