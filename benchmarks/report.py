@@ -10,6 +10,10 @@ import time
 
 import jax
 
+# "cold" means compiled in this process: the library's persistent compilation cache is off in the
+# benchmarks unless one measures it (benchmarks/inla.py's second-process column)
+os.environ.setdefault("NUMPYRO_LM_COMPILATION_CACHE", "off")
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 

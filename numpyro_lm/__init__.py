@@ -36,6 +36,7 @@ from .mode.laplace_state import LaplaceState, laplace
 from .moved import install as _install_old_paths
 from .samplers import EllipticalSlice, warm_nuts
 from .samplers.laplace_nuts import LaplaceNUTS
+from .runtime.compilation_cache import use_compilation_cache
 from .sbc import SBCResult, sbc
 
 _install_old_paths()  # the flat layout's import paths keep working (numpyro_lm.moved)
@@ -61,6 +62,7 @@ __all__ = [
     "register_family",
     "register_prior_family",
     "get_family",
+    "use_compilation_cache",
     "__version__",
 ]
 

@@ -31,6 +31,7 @@ from .checks.verdict import NotTrustedWarning
 from .core.model import ModelInfo, TracedModels
 from .inference_data import to_inference_data
 from .runtime.batch import batch_of, pad, pad_inputs
+from .runtime.compilation_cache import use_compilation_cache
 from .runtime.programs import BATCH_COMPILE, FAST_COMPILE
 from .runtime.random import num_pseudo_chains
 from .runtime.static_data import needs_concrete
@@ -149,6 +150,7 @@ class LaplaceMatching:
         :param dict init_params: initial *constrained* values per site.
         """
         check_rng_key(rng_key)
+        use_compilation_cache()  # a second process of the same script starts warm (runtime.compilation_cache)
         args, kwargs, info = self._traced.inputs(args, kwargs)
         check_init_params(init_params, info.layout)
         result = self.options.fit(self.model, info, rng_key, args, kwargs, init_params)
@@ -184,6 +186,7 @@ class LaplaceMatching:
                              "yet: call run() per data set.")
         if on_failure not in ("raise", "warn"):
             raise ValueError(f'on_failure must be "raise" or "warn", not {on_failure!r}')
+        use_compilation_cache()
         batch = batch_of(args, kwargs, batch_axes, devices)
         try:
             info = self._traced.info(args, kwargs, batch.axes)

@@ -1,5 +1,12 @@
+import os
+
 import jax
 import pytest
+
+# the library's persistent compilation cache (numpyro_lm.runtime.compilation_cache) stays off in
+# tests: nothing written to the home directory, and no test passes on another run's programs;
+# tests/runtime/test_compilation_cache.py switches it on in a temporary directory
+os.environ.setdefault("NUMPYRO_LM_COMPILATION_CACHE", "off")
 
 
 def _with_x64(enabled: bool):

@@ -135,6 +135,15 @@ class Result:
         """Reasons not to trust data set ``i`` found in the fit's structure (none by default)."""
         return []
 
+    collapsed_weights = False
+    """Whether :meth:`weights` are over a few coordinates with the rest integrated out (a nested
+    fit's blocks: :mod:`numpyro_lm.marginal.collapsed`)."""
+
+    def block_shifts(self) -> dict:
+        """``{site: shift}`` measured by the fit itself instead of from the weighted draws (none by
+        default; a nested fit's scalar blocks: :meth:`~.nested.fit.NestedResult.block_shifts`)."""
+        return {}
+
     def search_summary(self, d: dict) -> str:
         """One sentence on how the fit was found, from its diagnostics ``d``."""
         raise NotImplementedError
@@ -313,11 +322,14 @@ class Result:
         computed once."""
         if self._verdicts is None:
             weights = self.weights()[2]
-            samples = jax.device_get(self.unpad(self.draws(self.num_diagnostic_samples)[0]))
+            given = self.block_shifts()
+            samples = self.unpad(self.draws(self.num_diagnostic_samples)[0])
+            samples = jax.device_get({k: v for k, v in samples.items() if k not in given})
             mean = np.asarray(jax.device_get(self.unpad(self.gaussian.mean)))
             self._verdicts = judge_fits(self.info.layout, [weights] if self.batch is None else weights, samples,
                                         mean, self.fit_diagnostics(), self.condition_numbers(),
-                                        self.structure_reasons, batched=self.batch is not None)
+                                        self.structure_reasons, batched=self.batch is not None, given_shift=given,
+                                        collapsed=self.collapsed_weights)
         return self._verdicts
 
     def diagnostics(self) -> dict:

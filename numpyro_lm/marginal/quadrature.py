@@ -42,7 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["GH_NODES", "SLOPE_POINTS", "block_quadrature_correction"]
+__all__ = ["GH_NODES", "SLOPE_POINTS", "block_quadrature", "block_quadrature_correction"]
 
 GH_NODES = 9
 """Gauss-Hermite nodes per block."""
@@ -71,17 +71,22 @@ def _lobatto_increments(num_nodes: int):
     return nodes, weights, points, increments
 
 
-def block_quadrature_correction(log_density: Callable, x, local_index, precision, batched: bool = False):
-    r""":math:`\sum_j \log R_j` (module docstring) at the conditional mode ``x``.
+def block_quadrature(log_density: Callable, x, local_index, precision, batched: bool = False,
+                     num_nodes: int = GH_NODES):
+    r"""``(log R (J,), mean (J,), variance (J,))`` of each block at the conditional mode ``x``:
+    the log ratio of its adaptive Gauss-Hermite integral to Laplace's (module docstring) and the
+    quadrature's mean offset from the mode and variance of its conditional,
+    :math:`E[\delta_j] = \sum_k \pi_{jk} \sqrt2 s_j x_k` with :math:`\pi_{jk} \propto w_k e^{\varphi_j(\sqrt2 s_j x_k) + x_k^2}`.
 
     :param log_density: the log density of the flat vector ``x`` (hyperparameters fixed).
     :param local_index: ``(J,)`` the local coordinates, one per block.
     :param precision: ``(J,)`` their conditional precisions :math:`A_j` (the curvature's local blocks).
-    :param batched: the ``SLOPE_POINTS`` gradients at once (``vmap``: ``SLOPE_POINTS`` copies
-        of the model's intermediates, kept for the derivative) instead of one after another,
+    :param batched: the ``3 num_nodes - 2`` gradients at once (``vmap``: as many copies of the
+        model's intermediates, kept for the derivative) instead of one after another,
         recomputed when differentiated (``lax.map`` of ``checkpoint``: one copy).
+    :param num_nodes: Gauss-Hermite nodes per block (odd).
     """
-    nodes, weights, points, to_increments = _lobatto_increments(GH_NODES)
+    nodes, weights, points, to_increments = _lobatto_increments(num_nodes)
     scale = math.sqrt(2.0) / jnp.sqrt(precision)  # sqrt(2) s_j
     grad = jax.grad(log_density)
     slope = lambda point: grad(x.at[local_index].add(point * scale))[local_index] * scale  # noqa: E731
@@ -89,5 +94,15 @@ def block_quadrature_correction(log_density: Callable, x, local_index, precision
     slopes = jax.vmap(slope)(points_x) if batched else jax.lax.map(jax.checkpoint(slope), points_x)  # (P, J)
     phi = jnp.asarray(to_increments, x.dtype) @ slopes
     terms = jnp.asarray(np.log(weights) + nodes**2 - 0.5 * np.log(np.pi), x.dtype)[:, None] + phi
-    correction = jnp.sum(jax.scipy.special.logsumexp(terms, axis=0))
+    log_ratio = jax.scipy.special.logsumexp(terms, axis=0)
+    share = jnp.exp(terms - log_ratio)  # pi_jk, (K, J)
+    offset = jnp.asarray(nodes, x.dtype)[:, None] * scale  # (K, J)
+    mean = jnp.sum(share * offset, axis=0)
+    return log_ratio, mean, jnp.maximum(jnp.sum(share * offset**2, axis=0) - mean**2, 0.0)
+
+
+def block_quadrature_correction(log_density: Callable, x, local_index, precision, batched: bool = False):
+    r""":math:`\sum_j \log R_j` (module docstring) at the conditional mode ``x``
+    (:func:`block_quadrature`'s; 0 where it is not finite)."""
+    correction = jnp.sum(block_quadrature(log_density, x, local_index, precision, batched)[0])
     return jnp.where(jnp.isfinite(correction), correction, 0.0)

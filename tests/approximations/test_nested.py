@@ -372,3 +372,44 @@ def test_scalar_block_marginal_matches_the_exact_integral(x64):
     error = np.abs(np.diff(ours) - np.diff(exact))
     laplace_error = np.abs(np.diff(laplace) - np.diff(exact))
     assert np.max(error) < 5e-3 and np.max(error) < np.max(laplace_error) / 10, (error, laplace_error)
+
+
+def _poisson_glmm_fit(num_groups=40):
+    rng = np.random.default_rng(3)
+    group = np.repeat(np.arange(num_groups), 3).astype(np.int32)
+    y = rng.poisson(np.exp(0.5 + 0.6 * rng.normal(size=num_groups))[group]).astype(np.float32)
+    lm = LaplaceMatching(poisson_glmm, hyper=["sigma"], curvature="arrowhead", progress_bar=False)
+    lm.run(jax.random.PRNGKey(0), group, num_groups, y=y)
+    return lm
+
+
+def test_a_structured_nested_fit_is_judged_with_its_blocks_integrated_out():
+    """A random intercept per group: the verdict's weights live on (sigma, beta) with the blocks
+    integrated out, and the blocks' own conditionals are checked against their quadrature; a
+    design whose block means are moved by half a conditional SD is caught by that check, and
+    named, where its weights over (sigma, beta) are still light."""
+    from numpyro_lm.approximations.nested.fit import NestedResult
+
+    lm = _poisson_glmm_fit()
+    result = lm._result
+    assert isinstance(result, NestedResult) and result.blocks is not None and result.blocks.sites == {"z"}
+    d = lm.diagnostics()
+    assert d["trusted"], d["verdict"]
+    # the blocks' conditionals: the mixture's means carry the skewness correction; measured 0.012 SD
+    assert d["importance_shift"]["z"] < 0.05
+    design = result.design
+    moved = design.x_mean.copy()
+    local = result.blocks.local
+    moved[:, local] += 0.5 * np.sqrt(design.x_var[:, local])
+    bad = NestedResult(result.info, result.args, result.kwargs, result.rng_key, result.hyper,
+                       design._replace(x_mean=moved), result.search,
+                       (result.gaussian, result.params, result._finite, result._positive), result.num_samples,
+                       result.compiler_options, blocks=result.blocks)
+    verdict = bad.verdicts()[0]
+    assert not verdict.trusted
+    # half a conditional SD, over a marginal SD that the spread of (sigma, beta) widens a little
+    assert 0.35 < verdict.shift["z"] < 0.55, verdict.shift
+    assert any("'z'" in r for r in verdict.reasons)
+    # the blocks' means do not enter the weights over (sigma, beta): only the blocks' check sees them
+    # (to the blocks' searches' tolerance, which start elsewhere: J tol^2 / 2 = 2e-5 nats)
+    np.testing.assert_allclose(bad.weights()[0], result.weights()[0], rtol=0, atol=1e-4)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from functools import partial
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -14,7 +15,7 @@ from ...families.registry import basis_log_prob
 from ...marginal.conditional import quantile_sites, x_positions
 from .design import NestedDesign, cell_draws, cell_moments
 
-__all__ = ["mixture_moments", "mixture_variances", "mixture_block", "draw"]
+__all__ = ["mixture_moments", "mixture_variances", "mixture_block", "MixtureDraws", "draw", "block_proposal"]
 
 
 def _cells(design: NestedDesign):
@@ -141,36 +142,48 @@ def _by_point(k, eps, chol):
     return out
 
 
+NOISE_ROWS = 64
+"""Draws whose curvature is gathered at once by :func:`_structured_noise` (memory: this many copies
+of a point's structured curvature)."""
+
+
 @jax.jit
-def _inv_sqrt(curvature, eps):
-    return curvature.inv_sqrt(eps), -0.5 * curvature.logdet()
+def _noise_program(curvatures, k, eps):
+    def one(point_and_eps):
+        point, e = point_and_eps
+        return jax.tree.map(lambda a: a[point], curvatures).inv_sqrt(e)
+
+    noise = jax.lax.map(one, (k, eps), batch_size=NOISE_ROWS)
+    return noise, jax.vmap(lambda c: -0.5 * c.logdet())(curvatures)
 
 
 def _structured_noise(k, eps, curvatures):
     """``(S_{k_n} eps_n per draw, log det S per point)`` for structured curvatures (host arrays
-    of K stacked curvatures); the draws of a point go in blocks of a power of two (few shapes to compile)."""
-    out = np.empty_like(eps)
-    num_points = jax.tree.leaves(curvatures)[0].shape[0]
-    log_det = np.full(num_points, np.nan)
+    of K stacked curvatures): one program for all the draws (compiled once per number of draws:
+    a warm call compiles nothing)."""
     dtype = jnp.result_type(float)
-    for j in np.unique(k):
-        rows = np.flatnonzero(k == j)
-        size = 1 << int(np.ceil(np.log2(rows.size)))
-        block = np.zeros((size, eps.shape[1]), dtype)
-        block[: rows.size] = eps[rows]
-        curvature = jax.tree.map(lambda a: a[j], curvatures)
-        noise, log_det[j] = jax.device_get(_inv_sqrt(curvature, block))
-        out[rows] = np.asarray(noise, np.float64)[: rows.size]
-    return out, log_det
+    noise, log_det = jax.device_get(_noise_program(curvatures, np.asarray(k, np.int32), np.asarray(eps, dtype)))
+    return np.asarray(noise), np.asarray(log_det, np.float64)
 
 
-def draw(rng: np.random.Generator, design: NestedDesign, layout, num_samples: int):
-    """``(flat draws (n, D), log_q)`` from the design's mixture (module docstring).
+class MixtureDraws(NamedTuple):
+    """Draws from the design's mixture (:func:`draw`), host arrays."""
+
+    flat: np.ndarray  # (n, D) basis coordinates
+    log_q: Callable  # () -> (n,) their log density, computed on request
+    point: np.ndarray  # (n,) the design point k of each draw
+    offset: np.ndarray  # (n, d) u = z - z_k, the draw's hyperparameters from its point (standardised)
+    log_q_hyper: np.ndarray  # (n,) the log density of the draw's hyperparameters alone
+
+
+def draw(rng: np.random.Generator, design: NestedDesign, layout, num_samples: int) -> MixtureDraws:
+    """:class:`MixtureDraws` from the design's mixture (module docstring).
 
     ``log_q()`` computes the draws' log density (``(n,)``) when it is needed (the PSIS
     diagnostics): drawing alone compiles and runs no family density.
     """
     theta, k, u, log_q = _hyper_draws(rng, design, num_samples)
+    log_q_hyper = log_q
     x, quad, log_det, mean_of = _conditional_draws(rng, design, k, u, num_samples)
     flat = np.zeros((num_samples, layout.size))
     flat[:, design.theta_index] = theta
@@ -190,7 +203,31 @@ def draw(rng: np.random.Generator, design: NestedDesign, layout, num_samples: in
             out = out + term.reshape(num_samples, -1).sum(1)
         return out
 
-    return flat, log_density
+    return MixtureDraws(flat, log_density, k, u, log_q_hyper)
+
+
+def block_proposal(x_index, local, glob, x_mean, x_slope, coupling, precision, schur_chol):
+    r"""The mixture's side of :func:`~numpyro_lm.marginal.collapsed.collapsed_check` for structured
+    conditionals with scalar blocks: ``proposal(row, (k, u, log q of the hyperparameters))`` gives
+    each block's conditional mean and variance given the row's globals and the log density of the
+    hyperparameters and globals. Given the point ``k`` and ``u``, the conditional is
+    :math:`N(\mu, H_k^{-1})` with :math:`\mu = \bar x_k + \text{slope}_k u`; its arrowhead factor
+    gives :math:`g \sim N(\mu_G, S_k^{-1})` and :math:`z \mid g \sim N(\mu_L - U_k (g - \mu_G), A_k^{-1})`.
+
+    ``x_index`` the flat coordinates of ``x``; ``local (J,)``, ``glob (G,)`` positions in ``x``;
+    ``x_mean (K, Dx)``, ``x_slope (K, Dx, d)``; ``coupling (K, J, G)`` the :math:`U_k`,
+    ``precision (K, J)`` the blocks' :math:`A_k`, ``schur_chol (K, G, G)`` the factors of :math:`S_k`.
+    """
+    def proposal(row, extra):
+        k, u, log_q_hyper = extra
+        mu = x_mean[k] + x_slope[k] @ u
+        dg = row[x_index[glob]] - mu[glob]
+        white = schur_chol[k].T @ dg
+        log_q_globals = (jnp.sum(jnp.log(jnp.diagonal(schur_chol[k]))) - 0.5 * jnp.dot(white, white)
+                         - 0.5 * glob.shape[0] * math.log(2 * math.pi))
+        return mu[local] - coupling[k] @ dg, 1.0 / precision[k], log_q_hyper + log_q_globals
+
+    return proposal
 
 
 def _hyper_draws(rng: np.random.Generator, design: NestedDesign, num_samples: int):
