@@ -317,6 +317,11 @@ class Result:
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.where(low > 0, high / low, np.inf)
 
+    def verdict_condition(self):
+        """The condition numbers the verdict judges the precision by (:meth:`condition_numbers`;
+        a nested fit's diagonal summary: its dense block's)."""
+        return self.condition_numbers()
+
     def verdicts(self) -> list:
         """One :class:`~numpyro_lm.checks.verdict.Verdict` per data set (:func:`~numpyro_lm.checks.verdict.judge_fits`),
         computed once."""
@@ -327,7 +332,7 @@ class Result:
             samples = jax.device_get({k: v for k, v in samples.items() if k not in given})
             mean = np.asarray(jax.device_get(self.unpad(self.gaussian.mean)))
             self._verdicts = judge_fits(self.info.layout, [weights] if self.batch is None else weights, samples,
-                                        mean, self.fit_diagnostics(), self.condition_numbers(),
+                                        mean, self.fit_diagnostics(), self.verdict_condition(),
                                         self.structure_reasons, batched=self.batch is not None, given_shift=given,
                                         collapsed=self.collapsed_weights)
         return self._verdicts

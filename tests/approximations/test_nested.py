@@ -410,6 +410,8 @@ def test_a_structured_nested_fit_is_judged_with_its_blocks_integrated_out():
     # half a conditional SD, over a marginal SD that the spread of (sigma, beta) widens a little
     assert 0.35 < verdict.shift["z"] < 0.55, verdict.shift
     assert any("'z'" in r for r in verdict.reasons)
-    # the blocks' means do not enter the weights over (sigma, beta): only the blocks' check sees them
-    # (to the blocks' searches' tolerance, which start elsewhere: J tol^2 / 2 = 2e-5 nats)
-    np.testing.assert_allclose(bad.weights()[0], result.weights()[0], rtol=0, atol=1e-4)
+    # the blocks' means do not enter the weights over (sigma, beta) (but as the quadrature's centres:
+    # 40 skewed blocks' 5-node rule half an SD from their modes, measured 0.093 nats at most): only
+    # the blocks' check sees them
+    difference = bad.weights()[0] - result.weights()[0]
+    assert np.max(np.abs(difference)) < 0.15, np.max(np.abs(difference))

@@ -143,27 +143,30 @@ def _by_point(k, eps, chol):
 
 
 NOISE_ROWS = 64
-"""Draws whose curvature is gathered at once by :func:`_structured_noise` (memory: this many copies
-of a point's structured curvature)."""
+"""Draws whose point's curvature is gathered at once by :func:`_structured_draws` (memory: this many
+copies of a point's structured curvature)."""
 
 
 @jax.jit
-def _noise_program(curvatures, k, eps):
-    def one(point_and_eps):
-        point, e = point_and_eps
-        return jax.tree.map(lambda a: a[point], curvatures).inv_sqrt(e)
+def _structured_program(curvatures, x_mean, x_slope, k, u, eps):
+    def one(inputs):
+        point, offset, e = inputs
+        noise = jax.tree.map(lambda a: a[point], curvatures).inv_sqrt(e)
+        return x_mean[point] + x_slope[point] @ offset + noise, jnp.sum(e * e)
 
-    noise = jax.lax.map(one, (k, eps), batch_size=NOISE_ROWS)
-    return noise, jax.vmap(lambda c: -0.5 * c.logdet())(curvatures)
+    x, quad = jax.lax.map(one, (k, u, eps), batch_size=NOISE_ROWS)
+    return x, quad, jax.vmap(lambda c: -0.5 * c.logdet())(curvatures)
 
 
-def _structured_noise(k, eps, curvatures):
-    """``(S_{k_n} eps_n per draw, log det S per point)`` for structured curvatures (host arrays
-    of K stacked curvatures): one program for all the draws (compiled once per number of draws:
-    a warm call compiles nothing)."""
+def _structured_draws(design: NestedDesign, k, u, eps):
+    """``(x (n, Dx), eps' eps (n,), log det S per point)`` for structured curvatures: ``x_k + slope_k u
+    + S_k eps`` per draw in one program (compiled once per number of draws: a warm call compiles
+    nothing), ``x`` in the working precision (the device's draws are float32 anyway)."""
     dtype = jnp.result_type(float)
-    noise, log_det = jax.device_get(_noise_program(curvatures, np.asarray(k, np.int32), np.asarray(eps, dtype)))
-    return np.asarray(noise), np.asarray(log_det, np.float64)
+    x, quad, log_det = jax.device_get(_structured_program(
+        design.x_curvature, np.asarray(design.x_mean, dtype), np.asarray(design.x_slope, dtype),
+        np.asarray(k, np.int32), np.asarray(u, dtype), np.asarray(eps, dtype)))
+    return np.asarray(x), np.asarray(quad, np.float64), np.asarray(log_det, np.float64)
 
 
 class MixtureDraws(NamedTuple):
@@ -185,7 +188,8 @@ def draw(rng: np.random.Generator, design: NestedDesign, layout, num_samples: in
     theta, k, u, log_q = _hyper_draws(rng, design, num_samples)
     log_q_hyper = log_q
     x, quad, log_det, mean_of = _conditional_draws(rng, design, k, u, num_samples)
-    flat = np.zeros((num_samples, layout.size))
+    # a large model's draws in the working precision (n x D: 0.8 GB in float64 at 10^5 coordinates)
+    flat = np.zeros((num_samples, layout.size), x.dtype)
     flat[:, design.theta_index] = theta
     flat[:, design.x_index] = x
     dx = design.x_mode.shape[1]
@@ -208,9 +212,8 @@ def draw(rng: np.random.Generator, design: NestedDesign, layout, num_samples: in
 
 def block_proposal(x_index, local, glob, x_mean, x_slope, coupling, precision, schur_chol):
     r"""The mixture's side of :func:`~numpyro_lm.marginal.collapsed.collapsed_check` for structured
-    conditionals with scalar blocks: ``proposal(row, (k, u, log q of the hyperparameters))`` gives
-    each block's conditional mean and variance given the row's globals and the log density of the
-    hyperparameters and globals. Given the point ``k`` and ``u``, the conditional is
+    conditionals with scalar blocks: ``proposal(row, (k, u))`` gives each block's conditional mean
+    and variance given the row's globals, and the globals' log density given the hyperparameters. Given the point ``k`` and ``u``, the conditional is
     :math:`N(\mu, H_k^{-1})` with :math:`\mu = \bar x_k + \text{slope}_k u`; its arrowhead factor
     gives :math:`g \sim N(\mu_G, S_k^{-1})` and :math:`z \mid g \sim N(\mu_L - U_k (g - \mu_G), A_k^{-1})`.
 
@@ -219,13 +222,13 @@ def block_proposal(x_index, local, glob, x_mean, x_slope, coupling, precision, s
     ``precision (K, J)`` the blocks' :math:`A_k`, ``schur_chol (K, G, G)`` the factors of :math:`S_k`.
     """
     def proposal(row, extra):
-        k, u, log_q_hyper = extra
+        k, u = extra
         mu = x_mean[k] + x_slope[k] @ u
         dg = row[x_index[glob]] - mu[glob]
         white = schur_chol[k].T @ dg
         log_q_globals = (jnp.sum(jnp.log(jnp.diagonal(schur_chol[k]))) - 0.5 * jnp.dot(white, white)
                          - 0.5 * glob.shape[0] * math.log(2 * math.pi))
-        return mu[local] - coupling[k] @ dg, 1.0 / precision[k], log_q_hyper + log_q_globals
+        return mu[local] - coupling[k] @ dg, 1.0 / precision[k], log_q_globals
 
     return proposal
 
@@ -254,17 +257,11 @@ def _conditional_draws(rng: np.random.Generator, design: NestedDesign, k, u, num
     its design point's conditional Gaussian, its mean following ``u`` along the point's slope."""
     dx = design.x_mode.shape[1]
     if design.x_cov is None:
-        # structured conditionals of a large model: S_k eps on the device, point by point,
-        # and n x D arrays kept to a few (float32 normals, one float64 copy of x)
+        # structured conditionals of a large model: on the device, and n x D arrays kept to a
+        # few (float32 normals, x)
         eps = rng.standard_normal((num_samples, dx), dtype=np.float32)
-        quad = np.einsum("ij,ij->i", eps, eps, dtype=np.float64)
-        noise, log_det = _structured_noise(k, eps, design.x_curvature)
+        x, quad, log_det = _structured_draws(design, k, u, eps)
         del eps
-        x = noise.astype(np.float64)
-        del noise
-        for j in np.unique(k):
-            rows = np.flatnonzero(k == j)
-            x[rows] += design.x_mean[j] + u[rows] @ design.x_slope[j].T
 
         def mean_of(cols):
             return design.x_mean[:, cols][k] + np.einsum("nia,na->ni", design.x_slope[:, cols][k], u)

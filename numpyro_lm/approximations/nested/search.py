@@ -69,6 +69,12 @@ def _derivatives(values: np.ndarray, h: np.ndarray, d: int):
     return grad, hess
 
 
+TRUST_RADIUS = 2.0
+"""Longest first step of the search, basis units (a factor e^2 of a scale in its log basis): a Newton
+step from far away overshoots where the marginal is flat (from tau = 1 to 3e5 on the Poisson
+random-effect benchmark, whose mode is at 100: seven iterations back instead of three forward).
+Multiplied by 4 each time a whole clipped step is taken."""
+
 MIN_STENCIL = 1e-4
 """The smallest difference step (basis units) the search shrinks to where the marginal is not
 finite beside the point; below it the differences are float32 round-off."""
@@ -80,8 +86,9 @@ def explore(marginal: Callable, theta0, x0, max_iter: int = 50, tol: float = 1e-
     ``marginal(thetas (K, d), x0s (K, Dx), with_shift=False) -> PointFits``.
 
     Newton ascent with central differences at 0.2 current posterior SDs (0.05 basis units
-    at the start), backtracking over 8 step lengths evaluated in one call (one at a time,
-    longest first, where ``one_at_a_time``: large models fit one point per call).
+    at the start), each step at most :data:`TRUST_RADIUS` long (growing where whole steps are
+    taken), backtracking over 8 step lengths evaluated in one call (one at a time, longest
+    first, where ``one_at_a_time``: large models fit one point per call).
     Returns a :class:`ModeSearch`.
     """
     theta = np.asarray(theta0, np.float64)
@@ -89,7 +96,7 @@ def explore(marginal: Callable, theta0, x0, max_iter: int = 50, tol: float = 1e-
     offsets = _stencil(d)
     h = np.full(d, 0.05)
     x_ref = np.asarray(x0)
-    evaluations = 0
+    evaluations, radius = 0, TRUST_RADIUS
 
     def at(points):
         nonlocal evaluations
@@ -132,9 +139,15 @@ def explore(marginal: Callable, theta0, x0, max_iter: int = 50, tol: float = 1e-
         if decrement < tol and np.all(np.linalg.eigvalsh(neg) > 0):
             return found()
         h = np.clip(0.2 * sd, 1e-3, 0.5)
+        length = float(np.linalg.norm(step))
+        clipped = length > radius
+        if clipped:  # far from the mode the local quadratic says little about where it is
+            step = step * (radius / length)
         candidates, cand_logp, cand_x = _line_search(at, theta, step, logp[0], x_ref, one_at_a_time)
         best = int(np.argmax(np.where(np.isfinite(cand_logp), cand_logp, -np.inf)))
         if cand_logp[best] > logp[0]:
+            if clipped and np.allclose(candidates[best], theta + step):
+                radius *= 4  # the whole clipped step improved: a mode farther away (a location)
             theta, x_ref = candidates[best], cand_x[best]
         elif decrement < 10 * tol and np.all(np.linalg.eigvalsh(neg) > 0):
             return found()
