@@ -415,3 +415,24 @@ def test_a_structured_nested_fit_is_judged_with_its_blocks_integrated_out():
     # the blocks' check sees them
     difference = bad.weights()[0] - result.weights()[0]
     assert np.max(np.abs(difference)) < 0.15, np.max(np.abs(difference))
+
+
+def test_a_second_structured_nested_fit_compiles_nothing():
+    """A warm call (same shapes, a new key) reuses every program: the draws' shapes no longer
+    depend on how many draws fall on each design point."""
+    compiles = []
+
+    def listener(name, duration, **kwargs):
+        if name == "/jax/core/compile/backend_compile_duration":
+            compiles.append(duration)
+
+    lm = _poisson_glmm_fit()
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        for key in range(1, 4):  # the earlier per-point draws compiled 2 programs on the first
+            lm.run(jax.random.PRNGKey(key), *lm._result.args, **lm._result.kwargs)
+            jax.block_until_ready(lm.get_samples())
+            lm.diagnostics()
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    assert compiles == [], f"{len(compiles)} programs compiled on warm calls"

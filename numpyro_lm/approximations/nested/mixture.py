@@ -169,6 +169,15 @@ def _structured_draws(design: NestedDesign, k, u, eps):
     return np.asarray(x), np.asarray(quad, np.float64), np.asarray(log_det, np.float64)
 
 
+def _put_columns(out, index, values):
+    """``out[:, index] = values``, a contiguous run of ``index`` at a time (NumPy's column scatter
+    over 10^5 columns of 1000 rows took seconds)."""
+    index = np.asarray(index)
+    breaks = np.flatnonzero(np.diff(index) != 1) + 1
+    for lo, hi in zip(np.concatenate([[0], breaks]), np.concatenate([breaks, [index.size]])):
+        out[:, index[lo]:index[lo] + hi - lo] = values[:, lo:hi]
+
+
 class MixtureDraws(NamedTuple):
     """Draws from the design's mixture (:func:`draw`), host arrays."""
 
@@ -189,9 +198,9 @@ def draw(rng: np.random.Generator, design: NestedDesign, layout, num_samples: in
     log_q_hyper = log_q
     x, quad, log_det, mean_of = _conditional_draws(rng, design, k, u, num_samples)
     # a large model's draws in the working precision (n x D: 0.8 GB in float64 at 10^5 coordinates)
-    flat = np.zeros((num_samples, layout.size), x.dtype)
-    flat[:, design.theta_index] = theta
-    flat[:, design.x_index] = x
+    flat = np.empty((num_samples, layout.size), x.dtype)
+    _put_columns(flat, design.theta_index, theta)
+    _put_columns(flat, design.x_index, x)
     dx = design.x_mode.shape[1]
     log_q = log_q - 0.5 * quad - log_det[k] - 0.5 * dx * math.log(2 * math.pi)
     mapped = _family_draws(rng, design, layout, flat, x, k, mean_of)
