@@ -28,21 +28,20 @@ from ...curvature import DenseCurvature, DiagonalCurvature, Gaussian
 from ...families import get_family
 from ...marginal.conditional import (conditional_fit, conditional_hessian, matched_normaliser, mean_shift,
                                      point_params, quantile_sites, structured_mean_shift)
-from ...marginal.collapsed import VERDICT_NODES, block_constants, collapsed_quadrature, collapsed_value
 from ...marginal.laplace_marginal import scalar_blocks
 from ...mode.hessian import DenseHessian, structure_tol
 from ...posterior.marginals import finite_params, matched_params
 from ...runtime.programs import in_float64, options_for_work, program
 from ...runtime.progress import progress
 from ...runtime.random import host_generator
-from ..joint_fit import ROW_BUDGET, FitOptions, constrained, initial_point, log_densities
+from ..joint_fit import FitOptions, constrained, initial_point, log_densities
 from ..result import Result, verdict_draws
 from .design import BATCH, NestedDesign, ccd_points, integrate
-from .mixture import MixtureDraws, block_proposal, draw, mixture_block, mixture_moments, mixture_variances
+from .blocks import block_shifts, collapsed_draws, collapsed_weights, find_blocks
+from .mixture import MixtureDraws, draw, mixture_block, mixture_moments, mixture_variances
 from .search import ModeSearch, NonFiniteStart, explore
 
-__all__ = ["NestedResult", "Coordinates", "nested_coordinates", "MarginalAtPoints", "design_draws", "run_nested",
-           "Blocks", "COLLAPSED_DRAWS", "COLLAPSED_WORK", "collapsed_draws"]
+__all__ = ["NestedResult", "Coordinates", "nested_coordinates", "MarginalAtPoints", "design_draws", "run_nested"]
 
 
 def _inner(info, tol, max_iter, theta_index: tuple, gaussian_cols: tuple, curvature: str, plate, thetas, x0s,
@@ -173,30 +172,12 @@ class NestedResult(Result):
         if self.blocks is None:
             log_p = np.asarray(self.call(log_densities, (self.info,), (flat,), float64=True, points=num_samples))
             return log_p, np.asarray(made.log_q(), np.float64)
-        # the blocks integrated out (numpyro_lm.marginal.collapsed): weights of the hyperparameters
-        # and globals, whose spread does not grow with the number of blocks
-        b, d, dtype = self.blocks, self.design, jnp.result_type(float)
-        curvature = d.x_curvature
-        precision = np.asarray(curvature.a)[:, :, 0, 0]
-        arrays = (flat, d.x_index, b.local, b.glob, d.x_mean, d.x_slope, np.asarray(curvature.u)[:, :, 0, :],
-                  precision, np.asarray(curvature.s_chol), made.point.astype(np.int32), made.offset)
-        numbers = self.info.size + self.info.layout.observed_size
-        ranges = (_as_range(d.x_index[b.local]), _as_range(b.local))
-        # both programs compiled as the quadrature's work asks (XLA's optimisations: the float64
-        # values of 1000 draws of a 5000-group model took 0.73 s fast-compiled, 0.1 s optimised)
-        points = num_samples * (3 * VERDICT_NODES - 2)
-        value, log_q_globals = self.call(
-            _collapsed_value, (self.info, int(max(1, min(num_samples, ROW_BUDGET // numbers))), ranges), arrays,
-            float64=True, points=points)
-        rows = int(max(1, min(num_samples, COLLAPSED_ROWS, ROW_BUDGET // ((3 * VERDICT_NODES - 2) * numbers))))
-        narrow = tuple(np.asarray(a, dtype) if np.issubdtype(np.asarray(a).dtype, np.floating) else a for a in arrays[1:])
-        quadrature = jax.device_get(self.call(_collapsed_quadrature, (self.info, rows, ranges), (flat,) + narrow,
-                                              points=points))
-        self._block_distance[num_samples] = np.asarray(quadrature.block_distance, np.float64)
-        log_p = (np.asarray(value, np.float64) + np.asarray(quadrature.log_ratio, np.float64)
-                 + block_constants(precision)[made.point])
+        # the blocks integrated out: weights of the hyperparameters and globals, whose spread
+        # does not grow with the number of blocks (.blocks)
+        log_p, log_q, self._block_distance[num_samples] = collapsed_weights(
+            self.call, self.info, self.design, self.blocks, made, flat, num_samples)
         self._nonfinite[num_samples] = int(np.sum(~np.isfinite(log_p)))
-        return log_p, made.log_q_hyper + np.asarray(log_q_globals, np.float64)
+        return log_p, log_q
 
     def structure_reasons(self, i: int) -> list:
         n = self.num_diagnostic_samples
@@ -207,19 +188,12 @@ class NestedResult(Result):
                 "where the model is not defined"]
 
     def block_shifts(self) -> dict:
-        """``{site: worst bound on W1 / SD over its coordinates}`` of the scalar blocks' sites
-        (:func:`~numpyro_lm.marginal.collapsed.collapsed_check`'s distances over ``q``'s marginal
-        SDs), or ``{}`` without :class:`Blocks`."""
+        """The blocks' sites' shifts (:func:`.blocks.block_shifts`), or ``{}`` without :class:`~.blocks.Blocks`."""
         if self.blocks is None:
             return {}
         n = self.num_diagnostic_samples
         self.weights(n)
-        _, var = mixture_variances(self.design, self.info.layout.size)
-        shift = np.zeros(self.info.layout.size)
-        flat_local = self.design.x_index[self.blocks.local]
-        shift[flat_local] = self._block_distance[n] / np.sqrt(var[flat_local])
-        return {name: float(np.max(shift[s.offset:s.offset + s.size], initial=0.0))
-                for s in self.info.layout.sites if (name := s.name) in self.blocks.sites}
+        return block_shifts(self.info.layout, self.design, self.blocks, self._block_distance[n])
 
     def verdict_condition(self):
         """A diagonal summary (large models: :class:`~numpyro_lm.curvature.DiagonalCurvature`) is
@@ -263,88 +237,6 @@ def design_draws(design: NestedDesign, layout, rng_key, num_samples: int) -> Mix
     """The design mixture's draws (host; their ``log q`` a function, on request), the same for
     the same key and number."""
     return draw(host_generator(rng_key, stream=num_samples), design, layout, num_samples)
-
-
-def _as_range(index: np.ndarray):
-    """``(start, stop)`` where ``index`` is the contiguous range, else ``None``."""
-    index = np.asarray(index)
-    contiguous = index.size > 0 and np.array_equal(index, np.arange(index[0], index[0] + index.size))
-    return (int(index[0]), int(index[0] + index.size)) if contiguous else None
-
-
-def _blocks_and_proposal(ranges, x_index, local, glob, x_mean, x_slope, coupling, precision, schur_chol):
-    """The blocks' flat coordinates (a slice where contiguous) and :func:`.mixture.block_proposal`."""
-    flat_range, x_range = ranges
-    local = local if x_range is None else slice(*x_range)
-    flat_local = x_index[local] if flat_range is None else slice(*flat_range)
-    return flat_local, block_proposal(x_index, local, glob, x_mean, x_slope, coupling, precision, schur_chol)
-
-
-def _collapsed_value(info, rows, ranges, flat, *rest):
-    """The float64 program behind :meth:`NestedResult._new_weights` with :class:`Blocks`: the model
-    at each draw's blocks' centres (``ranges``: the blocks' flat coordinates and positions in ``x``
-    as ``(start, stop)`` where contiguous)."""
-    design, (point, offset), (args, kwargs) = rest[:-4], rest[-4:-2], rest[-2:]
-    flat_local, proposal = _blocks_and_proposal(ranges, *design)
-    return collapsed_value(lambda v: info.log_density(v, args, kwargs), flat, flat_local, proposal, (point, offset),
-                           rows)
-
-
-def _collapsed_quadrature(info, rows, ranges, flat, *rest):
-    """The blocks' quadrature behind :meth:`NestedResult._new_weights` (float32 gradients)."""
-    design, (point, offset), (args, kwargs) = rest[:-4], rest[-4:-2], rest[-2:]
-    flat_local, proposal = _blocks_and_proposal(ranges, *design)
-    return collapsed_quadrature(lambda v: info.log_density(v, args, kwargs), flat, flat_local, proposal,
-                                (point, offset), rows)
-
-
-COLLAPSED_ROWS = 20
-"""Draws evaluated at once (vmapped) by the collapsed verdict: more cost more on a CPU (a 5000-group
-model's 1000 draws: 1.5 s in rows of 20, 2.1 s of 100, 4.3 s of 1000)."""
-
-
-COLLAPSED_DRAWS = (200, 1000)
-"""Fewest and most draws behind a verdict with the blocks integrated out (:class:`Blocks`): its
-weights live on the few hyperparameters and globals (a k-hat from 200 draws is judged against
-0.57, from 1000 against 0.67)."""
-COLLAPSED_WORK = 20_000_000
-"""Numbers (latent and observed, times draws) the collapsed verdict evaluates, within :data:`COLLAPSED_DRAWS`
-(each draw is a block search and a quadrature: about 20 gradients of the model)."""
-
-
-def collapsed_draws(info, num_diagnostic_samples: int) -> int:
-    """Draws behind the verdict of a nested fit with :class:`Blocks`: :data:`COLLAPSED_WORK` over the
-    model's latent and observed numbers, within :data:`COLLAPSED_DRAWS` and at most ``num_diagnostic_samples``."""
-    low, high = COLLAPSED_DRAWS
-    return int(min(num_diagnostic_samples, max(low, min(high, COLLAPSED_WORK // (info.size + info.layout.observed_size)))))
-
-
-class Blocks(NamedTuple):
-    """A nested fit's scalar blocks, integrated out in its verdict (:mod:`numpyro_lm.marginal.collapsed`):
-    their positions in ``x`` (``local (J,)``), the globals' (``glob (G,)``), and the sites they make up."""
-
-    local: np.ndarray
-    glob: np.ndarray
-    sites: frozenset
-
-
-def _blocks(layout, hessian, split: Coordinates):
-    """The :class:`Blocks` of a structured nested fit whose latent field is one scalar per plate
-    entry, every one of them drawn from its Gaussian conditional and every site either all blocks
-    or none; else ``None`` (the joint weights judge it)."""
-    if not scalar_blocks(hessian) or not np.all(split.gaussian_cols):
-        return None
-    local = np.asarray(hessian.structure.local_index[:, 0])
-    is_local = np.zeros(layout.size, bool)
-    is_local[split.x_index[local]] = True
-    sites = set()
-    for site in layout.sites:
-        part = is_local[site.offset:site.offset + site.size]
-        if part.any() and not part.all():
-            return None
-        if part.any():
-            sites.add(site.name)
-    return Blocks(local.astype(np.int32), np.asarray(hessian.structure.global_index, np.int32), frozenset(sites))
 
 
 class Coordinates(NamedTuple):
@@ -449,7 +341,7 @@ def run_nested(info, options: FitOptions, hyper, rng_key, args, kwargs, init_par
         )
     # the verdict's draws (get_samples' are their first num_samples: one program to compile)
     n = verdict_draws(info, args, kwargs, num_samples)
-    blocks = _blocks(layout, hessian, split) if structured else None
+    blocks = find_blocks(layout, hessian, split.x_index, split.gaussian_cols) if structured else None
     if blocks is not None:  # the verdict's draws are get_samples' first ones, or the other way round
         n = max(num_samples, collapsed_draws(info, n))
     draws = {n: design_draws(design, layout, rng_key, n)}
