@@ -31,8 +31,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["NotTrustedWarning", "SHIFT_TRUSTED", "EDGE", "Verdict", "khat_threshold", "importance_shift", "judge", "verdict_sentence",
-           "NUTS_HINT", "distinct_modes", "MODE_DISTANCE", "MODE_MASS", "judge_fits", "NEAR_UNIFORM_ESS"]
+__all__ = ["NotTrustedWarning", "SHIFT_TRUSTED", "EDGE", "Verdict", "khat_threshold", "importance_shift", "judge",
+           "verdict_sentence", "NUTS_HINT", "distinct_modes", "MODE_DISTANCE", "MODE_MASS", "judge_fits",
+           "NEAR_UNIFORM_ESS"]
 
 NUTS_HINT = ("run NUTS warm-started from this fit: warm = numpyro_lm.warm_nuts(lm); "
              "MCMC(warm.kernel, num_warmup=150, num_samples=1000).run(key, *args, init_params=warm.init_params, "

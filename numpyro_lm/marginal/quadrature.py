@@ -73,10 +73,13 @@ def _lobatto_increments(num_nodes: int):
 
 def block_quadrature(log_density: Callable, x, local_index, precision, batched: bool = False,
                      num_nodes: int = GH_NODES):
-    r"""``(log R (J,), mean (J,), variance (J,))`` of each block at the conditional mode ``x``:
-    the log ratio of its adaptive Gauss-Hermite integral to Laplace's (module docstring) and the
-    quadrature's mean offset from the mode and variance of its conditional,
-    :math:`E[\delta_j] = \sum_k \pi_{jk} \sqrt2 s_j x_k` with :math:`\pi_{jk} \propto w_k e^{\varphi_j(\sqrt2 s_j x_k) + x_k^2}`.
+    r"""``(log R (J,), mean (J,), variance (J,))`` of each block about the centre ``x`` (the
+    conditional mode, or a point near it with ``precision`` near the curvature there: the
+    change of variables holds about any centre and scale): the log ratio of its adaptive
+    Gauss-Hermite integral to the one-node rule's (module docstring) and the quadrature's mean
+    offset from the centre and variance of its conditional,
+    :math:`E[\delta_j] = \sum_k \pi_{jk} \sqrt2 s_j x_k` with
+    :math:`\pi_{jk} \propto w_k e^{\varphi_j(\sqrt2 s_j x_k) + x_k^2}`.
 
     :param log_density: the log density of the flat vector ``x`` (hyperparameters fixed).
     :param local_index: ``(J,)`` the local coordinates, one per block.

@@ -220,9 +220,10 @@ def draw(rng: np.random.Generator, design: NestedDesign, layout, num_samples: in
 
 
 def block_proposal(x_index, local, glob, x_mean, x_slope, coupling, precision, schur_chol):
-    r"""The mixture's side of :func:`~numpyro_lm.marginal.collapsed.collapsed_check` for structured
+    r"""The mixture's side of :func:`~numpyro_lm.marginal.collapsed.collapsed_value` for structured
     conditionals with scalar blocks: ``proposal(row, (k, u))`` gives each block's conditional mean
-    and variance given the row's globals, and the globals' log density given the hyperparameters. Given the point ``k`` and ``u``, the conditional is
+    and variance given the row's globals, and the globals' log density given the hyperparameters.
+    Given the point ``k`` and ``u``, the conditional is
     :math:`N(\mu, H_k^{-1})` with :math:`\mu = \bar x_k + \text{slope}_k u`; its arrowhead factor
     gives :math:`g \sim N(\mu_G, S_k^{-1})` and :math:`z \mid g \sim N(\mu_L - U_k (g - \mu_G), A_k^{-1})`.
 
