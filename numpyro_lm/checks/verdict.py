@@ -33,7 +33,7 @@ import numpy as np
 
 __all__ = ["NotTrustedWarning", "SHIFT_TRUSTED", "EDGE", "Verdict", "khat_threshold", "importance_shift", "judge",
            "verdict_sentence", "NUTS_HINT", "distinct_modes", "MODE_DISTANCE", "MODE_MASS", "judge_fits",
-           "NEAR_UNIFORM_ESS"]
+           "NEAR_UNIFORM_ESS", "near_uniform"]
 
 NUTS_HINT = ("run NUTS warm-started from this fit: warm = numpyro_lm.warm_nuts(lm); "
              "MCMC(warm.kernel, num_warmup=150, num_samples=1000).run(key, *args, init_params=warm.init_params, "
@@ -61,6 +61,12 @@ reweighted mean differs from the plain one by at most :math:`\mathrm{sd}\sqrt{S/
 0.1 SD at this ESS. There a k-hat is the shape of log-weights that vary by hundredths of a nat
 (a 40-group Poisson GLMM's: ESS 997 of 1000, log-weight SD 0.05, k-hat 0.58-0.90 over four seeds:
 the conditional covariance of the globals is a design point's across its lattice cell)."""
+
+def near_uniform(ess: float, num_samples: int) -> bool:
+    """Whether weights with importance ESS ``ess`` over ``num_samples`` draws are nearly uniform
+    (:data:`NEAR_UNIFORM_ESS`)."""
+    return bool(ess >= NEAR_UNIFORM_ESS * num_samples)
+
 
 MODE_DISTANCE = 3.0
 """Two modes are distinct when some coordinate differs by more than this many posterior SDs."""
@@ -179,9 +185,8 @@ def judge(khat: float, num_samples: int, ess: float, shift: dict, *, converged: 
         reasons.append(f"site {site!r} has its mode at the edge of its support")
     reasons.extend(structure)
     threshold = khat_threshold(num_samples)
-    near_uniform = bool(near_uniform_ok and not khat <= threshold and np.isfinite(khat)
-                        and ess >= NEAR_UNIFORM_ESS * num_samples)
-    if not khat <= threshold and not near_uniform:
+    uniform = bool(near_uniform_ok and not khat <= threshold and np.isfinite(khat) and near_uniform(ess, num_samples))
+    if not khat <= threshold and not uniform:
         reasons.append(f"k-hat {khat:.2f} > {threshold:.2f} ({num_samples} draws): the approximation misses "
                        "part of the posterior (a heavy tail, a second mode or a funnel)")
     else:
@@ -190,7 +195,7 @@ def judge(khat: float, num_samples: int, ess: float, shift: dict, *, converged: 
             if value > limit:
                 reasons.append(f"reweighting towards the posterior moves site {site!r} by {value:.2f} SD "
                                f"(more than {limit:.2f}): its marginal is off")
-    return Verdict(not reasons, tuple(reasons), threshold, dict(shift), near_uniform)
+    return Verdict(not reasons, tuple(reasons), threshold, dict(shift), uniform)
 
 
 def judge_fits(layout, weights: list, samples: dict, mean, fit: dict, condition, structure_reasons, *,
@@ -213,7 +218,7 @@ def judge_fits(layout, weights: list, samples: dict, mean, fit: dict, condition,
     for i, w in enumerate(weights):
         shift = {}
         for site in layout.sites:
-            uniform = collapsed and w.ess >= NEAR_UNIFORM_ESS * len(w.log_weights)
+            uniform = collapsed and near_uniform(w.ess, len(w.log_weights))
             if not w.khat <= khat_threshold(len(w.log_weights)) and not uniform:  # unreliable weights: not used
                 shift[site.name] = float("nan")
                 continue

@@ -164,3 +164,13 @@ def test_the_advice_names_the_cheaper_fixes_not_yet_tried_before_nuts():
     assert fresh.index('hyper="auto"') < fresh.index("warm_nuts")  # cheapest first
     after_autopilot = verdict_sentence(bad, 1.2, 3.0, tried={"nested", "laplace", "psis", "refine"})
     assert "hyper=" not in after_autopilot and "refine=" not in after_autopilot and "warm_nuts" in after_autopilot
+
+
+@pytest.mark.parametrize("ess, collapsed, trusted", [(995.0, True, True), (995.0, False, False), (980.0, True, False)])
+def test_a_heavy_tail_of_nearly_uniform_collapsed_weights_does_not_count(ess, collapsed, trusted):
+    """k-hat 0.8 over 1000 draws is a reason, except for weights over a few coordinates (the
+    blocks integrated out) whose ESS is at least 99 % of the draws: no reweighted mean can then
+    move by more than 0.1 SD."""
+    verdict = judge(0.8, 1000, ess, {"tau": 0.01}, near_uniform_ok=collapsed)
+    assert verdict.trusted is trusted and verdict.near_uniform is trusted
+    assert any("k-hat 0.80" in r for r in verdict.reasons) is not trusted
