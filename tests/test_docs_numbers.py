@@ -47,6 +47,7 @@ ALLOWED = {
     ("from_nuts.md", "1e-3 posterior SDs"): "the float32 Newton tolerance (optimize.py)",
     ("trust.md", "0.07 SD"): "the verdict's shift threshold, SHIFT_TRUSTED in verdict.py",
     ("trust.md", "3 SDs"): "a second mode's distance threshold, MODE_DISTANCE in verdict.py",
+    ("trust.md", "0.1 SD"): "sqrt(1/0.99 - 1): the bound NEAR_UNIFORM_ESS in verdict.py gives",
     ("theory.md", "0.26 SD"): "closed form: a skew-normal(2)'s mode lies 0.26 SD below its mean",
     ("theory.md", "0.1 SD"): "tests/checks/test_psis.py's tolerance for the resampled mean",
     ("samplers.md", "0.26 SD"): "closed form: a skew-normal(2)'s mode lies 0.26 SD below its mean",
