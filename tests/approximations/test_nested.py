@@ -417,6 +417,7 @@ def test_a_structured_nested_fit_is_judged_with_its_blocks_integrated_out():
     assert np.max(np.abs(difference)) < 0.15, np.max(np.abs(difference))
 
 
+@pytest.mark.slow  # four nested fits: CI=true and make test-all
 def test_a_second_structured_nested_fit_compiles_nothing():
     """A warm call (same shapes, a new key) reuses every program: the draws' shapes no longer
     depend on how many draws fall on each design point."""

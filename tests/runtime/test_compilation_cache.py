@@ -72,6 +72,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # two fresh processes: CI=true and make test-all
 def test_a_second_process_reads_the_first_ones_programs(tmp_path):
     """Two processes fit the same model: the first writes its programs to the cache, the second
     reads them instead of compiling."""
