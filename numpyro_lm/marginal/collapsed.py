@@ -49,7 +49,9 @@ and with 9, 0.034 with 3."""
 
 def _by_rows(fn: Callable, arrays, rows: int):
     """``fn`` vmapped over ``rows`` rows at a time inside a sequential loop: ``(outputs per row,
-    the sum over the rows of the second output)``; ``fn(*row) -> (per-row output, summed output)``."""
+    the sum over the rows of the second output)``; ``fn(*row) -> (per-row output, summed output)``.
+    ``lax.map(batch_size=)`` with the sum carried along: the summed output is ``(J,)`` per row,
+    and ``n x J`` of it would not fit at 10^5 blocks."""
     n = jax.tree.leaves(arrays)[0].shape[0]
     pad = -n % rows
 
@@ -86,11 +88,11 @@ def collapsed_value(log_density: Callable, flat, local_index, proposal: Callable
     pytree of arrays with a leading axis of ``n``, one ``extra`` per row). ``local_index``: the
     blocks' coordinates, an integer array or a ``slice`` (a contiguous range: XLA's scatters at
     traced indices cost more on a CPU than the model's gradients they serve)."""
-    def one(row, extra):
-        centre, _, _, log_q = _centre(proposal, row, extra, local_index)
-        return (log_density(centre), log_q), ()
+    def one(inputs):
+        centre, _, _, log_q = _centre(proposal, *inputs, local_index)
+        return log_density(centre), log_q
 
-    return _by_rows(one, (flat, extras), rows)[0]
+    return jax.lax.map(one, (flat, extras), batch_size=rows)  # vmapped rows at a time, as joint_fit.map_rows
 
 
 class CollapsedQuadrature(NamedTuple):
