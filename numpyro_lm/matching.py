@@ -110,10 +110,11 @@ class LaplaceMatching:
     :param dict compiler_options: XLA options of the compiled programs. The default,
         ``"auto"``, is ``FAST_COMPILE`` (faster to compile, at about the same speed, for dense
         fits of small models) below
-        :data:`~numpyro_lm.runtime.programs.LARGE_MODEL` latent and observed numbers and XLA's
-        defaults (``None``) above, and for the draws and the verdict's weights where they
-        evaluate :data:`~numpyro_lm.runtime.programs.HEAVY_PROGRAM` numbers or more; ``None`` also
-        suits expensive log densities, nested fits and many refits.
+        :data:`~numpyro_lm.runtime.programs.LARGE_MODEL` latent and observed numbers and
+        ``BATCH_COMPILE`` (LLVM's optimisations, XLA:CPU's elemental emitters) above, for a nested
+        fit's inner fits, and for the draws and the verdict's weights where they evaluate
+        :data:`~numpyro_lm.runtime.programs.HEAVY_PROGRAM` numbers or more. ``BATCH_COMPILE``
+        also suits expensive log densities and many refits; ``None``: XLA's defaults.
     """
 
     def __init__(self, model: Callable, *, num_samples: int = 1000, bases: Optional[dict] = None,

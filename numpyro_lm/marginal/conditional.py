@@ -210,21 +210,21 @@ def structured_mean_shift(neg_log_density: Callable, theta, x, curvature, hessia
     def log_density(z):
         return -neg_log_density(theta, z)
 
-    def parts(y):
-        hess = hessian.evaluate(lambda z: neg_log_density(theta, z), y)[2]
-        logdet = hessian.curvature(hess).logdet()
-        if not scalar_blocks(hessian):
-            return logdet, jnp.zeros((), y.dtype)
-        return logdet, block_quadrature_correction(log_density, y, hessian.structure.local_index[:, 0], hess[0][:, 0, 0])
+    def logdet(y):
+        return hessian.curvature(hessian.evaluate(lambda z: neg_log_density(theta, z), y)[2]).logdet()
 
-    (_, _), pullback = jax.vjp(parts, x)
-    one, zero = jnp.ones((), x.dtype), jnp.zeros((), x.dtype)
-    g_logdet = pullback((one, zero))[0]
+    def correction(y):
+        hess = hessian.evaluate(lambda z: neg_log_density(theta, z), y)[2]
+        return block_quadrature_correction(log_density, y, hessian.structure.local_index[:, 0], hess[0][:, 0, 0])
+
+    # two gradients, not one pullback applied twice: a pullback runs back through both terms
+    # whatever the cotangent (a zero one included), and the quadrature's is the larger part
+    g_logdet = jax.grad(logdet)(x)
     shift = -0.5 * curvature.solve(g_logdet)
     gain = jnp.zeros((), x.dtype)
     if scalar_blocks(hessian):
         glob, local = hessian.structure.global_index, hessian.structure.local_index[:, 0]
-        g_corr = pullback((zero, one))[0]
+        g_corr = jax.grad(correction)(x)
         moved = curvature.solve(g_corr)[glob]
         shift = shift.at[glob].add(moved).at[local].add(-(curvature.u[:, 0, :] @ moved))
         v = -0.5 * g_logdet + g_corr

@@ -1,12 +1,15 @@
 """Compiled programs: inputs split into traced arrays and static values, one compile per shape."""
 
+from types import SimpleNamespace
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from numpyro_lm.runtime.programs import (FAST_COMPILE, HEAVY_PROGRAM, merge_inputs, options_for_work, program, split_inputs,
-                                 usable_compiler_options)
+from numpyro_lm.runtime.programs import (BATCH_COMPILE, FAST_COMPILE, HEAVY_PROGRAM, LARGE_MODEL, merge_inputs,
+                                        options_for_repeats, options_for_work, program, resolve_compiler_options,
+                                        split_inputs, usable_compiler_options)
 
 pytestmark = pytest.mark.usefixtures("x64")
 
@@ -60,14 +63,25 @@ def test_fast_compile_options_unknown_to_this_jaxlib_are_dropped(monkeypatch):
 
 
 
-def test_heavy_programs_get_xla_defaults_only_in_place_of_the_automatic_options():
-    # the automatic FAST_COMPILE gives way to XLA's optimisations for many model evaluations
+def test_heavy_and_repeated_programs_get_llvm_optimisations_only_in_place_of_the_automatic_options():
+    # the automatic FAST_COMPILE gives way to LLVM's optimisations (the elemental emitters kept)
+    # for many model evaluations and for programs run many times
     assert options_for_work(FAST_COMPILE, HEAVY_PROGRAM - 1) is FAST_COMPILE
-    assert options_for_work(FAST_COMPILE, HEAVY_PROGRAM) is None
+    assert options_for_work(FAST_COMPILE, HEAVY_PROGRAM) is BATCH_COMPILE
+    assert options_for_repeats(FAST_COMPILE) is BATCH_COMPILE
     # options the user chose are kept, even equal to FAST_COMPILE
     chosen = dict(FAST_COMPILE)
-    assert options_for_work(chosen, 10 * HEAVY_PROGRAM) is chosen
-    assert options_for_work(None, 10 * HEAVY_PROGRAM) is None
+    assert options_for_work(chosen, 10 * HEAVY_PROGRAM) is chosen and options_for_repeats(chosen) is chosen
+    assert options_for_work(None, 10 * HEAVY_PROGRAM) is None and options_for_repeats(None) is None
+
+
+def test_automatic_options_are_fast_compile_below_the_large_model_size_and_llvm_optimised_above():
+    small, large = SimpleNamespace(size=10, observed_size=10), SimpleNamespace(size=LARGE_MODEL, observed_size=0)
+    assert resolve_compiler_options("auto", small) is FAST_COMPILE
+    assert resolve_compiler_options("auto", large) is BATCH_COMPILE
+    assert resolve_compiler_options(None, large) is None
+    with pytest.raises(ValueError, match="compiler_options must be"):
+        resolve_compiler_options("fast", small)
 
 
 INTEGER_LABELS_AFTER_ESS = """

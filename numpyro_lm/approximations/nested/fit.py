@@ -31,7 +31,7 @@ from ...marginal.conditional import (conditional_fit, conditional_hessian, match
 from ...marginal.laplace_marginal import scalar_blocks
 from ...mode.hessian import DenseHessian, structure_tol
 from ...posterior.marginals import finite_params, matched_params
-from ...runtime.programs import in_float64, options_for_work, program
+from ...runtime.programs import in_float64, options_for_repeats, program
 from ...runtime.progress import progress
 from ...runtime.random import host_generator
 from ..joint_fit import FitOptions, constrained, initial_point, log_densities
@@ -302,15 +302,6 @@ class MarginalAtPoints:
         return jax.device_get(self.inner(arrays, self.args, self.kwargs))
 
 
-INNER_EVALUATIONS = 1000
-"""Model evaluations the inner fits of a nested fit make in all, about (40 fits of 25: Newton steps
-with their Hessian-vector products, the blocks' quadrature), for their compile options
-(:func:`~numpyro_lm.runtime.programs.options_for_work`): XLA's optimisations from 20 000 latent and
-observed numbers on. Measured on the Poisson random-effect benchmark: at N = 25 000 the warm
-call falls from 14.6 to 10.0 s for no longer a cold one; at N = 5 000 from 3.7 to 2.4 s, but
-the cold one grows from 10.0 to 11.8 s, so the fast compile stays there."""
-
-
 def run_nested(info, options: FitOptions, hyper, rng_key, args, kwargs, init_params=None, *, num_samples: int,
                compiler_options, progress_bar: bool = True) -> NestedResult:
     """The nested Laplace fit over the ``hyper`` sites (module docstring), checked."""
@@ -322,10 +313,11 @@ def run_nested(info, options: FitOptions, hyper, rng_key, args, kwargs, init_par
     if not structured and options.curvature != "dense":
         check_dense_memory(layout, np.dtype(dtype).itemsize, "the nested fit's hyperparameters lie in the plate.")
     block_index = _event_columns(layout, split.theta_index) if structured else None  # refused before any fit
-    work = INNER_EVALUATIONS * (info.size + layout.observed_size)
+    # 20-60 calls (the search, the design): LLVM's optimisations pay for themselves at any size
+    # (a 50-group GLMM's warm call 1.5 -> 0.65 s for 0.4 s more compiling; 8 groups: 0.17 -> 0.12 s)
     inner = program(_inner, info, options.tolerance(dtype), options.max_iter, hyper_key,
                     tuple(bool(c) for c in split.gaussian_cols), options.curvature, options.plate,
-                    compiler_options=options_for_work(compiler_options, work))
+                    compiler_options=options_for_repeats(compiler_options))
     bar = progress(progress_bar, desc="nested Laplace inner fits", unit="fit")
     marginal = MarginalAtPoints(inner, structured, layout, options, dtype, bar, args, kwargs)
     with bar:
