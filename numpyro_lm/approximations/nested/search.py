@@ -132,14 +132,7 @@ def explore(marginal: Callable, theta0, x0, max_iter: int = 50, tol: float = MOD
         if not np.all(np.isfinite(logp)):
             # an inner fit failed beside theta (its Newton search, in float32 on a flat
             # direction): the differences would be NaN, so the stencil shrinks instead
-            if np.all(h <= MIN_STENCIL):
-                raise ValueError(
-                    f"the Laplace marginal of the hyperparameters is not finite beside {np.round(theta, 4).tolist()} "
-                    f"(the latent field's conditional mode was not found {MIN_STENCIL:.0e} basis units away): it "
-                    "cannot be differentiated there. Fit jointly (strategy=\"laplace\"), enable float64 "
-                    "(jax.config.update(\"jax_enable_x64\", True)), or sample the hyperparameters with "
-                    "MCMC(LaplaceNUTS(model))."
-                )
+            _check_stencil(h, theta)
             h = np.maximum(h / 4, MIN_STENCIL)
             continue
         x_ref, centre = xs[0], (logp[0], xs[0])
@@ -151,16 +144,12 @@ def explore(marginal: Callable, theta0, x0, max_iter: int = 50, tol: float = MOD
         step = eigvec @ ((eigvec.T @ grad) / eigval)
         decrement = float(np.sqrt(grad @ step))
         sd = np.sqrt(np.diag((eigvec / eigval) @ eigvec.T))
-        def found(last_step=False):
-            if not last_step:
-                return ModeSearch(theta, neg, x_ref, float(logp[0]), decrement, float(np.max(np.abs(grad))), it,
-                                  evaluations)
-            # the quadratic model's maximum: log p~ + g.step / 2 there
-            return ModeSearch(theta + step, neg, x_ref, float(logp[0] + 0.5 * grad @ step), decrement,
+        def found(last_step=np.zeros(d)):  # the quadratic model's maximum: log p~ + g.step / 2 there
+            return ModeSearch(theta + last_step, neg, x_ref, float(logp[0] + 0.5 * grad @ last_step), decrement,
                               float(np.max(np.abs(grad))), it, evaluations)
 
         if decrement < tol and np.all(np.linalg.eigvalsh(neg) > 0):
-            return found(last_step=True)
+            return found(step)
         h = np.clip(0.2 * sd, 1e-3, 0.5)
         length = float(np.linalg.norm(step))
         clipped = length > radius
@@ -182,6 +171,18 @@ def explore(marginal: Callable, theta0, x0, max_iter: int = 50, tol: float = MOD
         f"the mode of the hyperparameters' Laplace marginal was not found in {max_iter} iterations "
         f"(last Newton step {decrement:.2e} SDs); the marginal may be improper (check the priors)."
     )
+
+
+def _check_stencil(h, theta):
+    """Refuse a marginal that is not finite even :data:`MIN_STENCIL` beside ``theta``."""
+    if np.all(h <= MIN_STENCIL):
+        raise ValueError(
+            f"the Laplace marginal of the hyperparameters is not finite beside {np.round(theta, 4).tolist()} "
+            f"(the latent field's conditional mode was not found {MIN_STENCIL:.0e} basis units away): it "
+            "cannot be differentiated there. Fit jointly (strategy=\"laplace\"), enable float64 "
+            "(jax.config.update(\"jax_enable_x64\", True)), or sample the hyperparameters with "
+            "MCMC(LaplaceNUTS(model))."
+        )
 
 
 def _line_search(at: Callable, theta, step, logp, x_ref, one_at_a_time: bool):
