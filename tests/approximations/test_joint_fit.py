@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from numpyro_lm.approximations import joint_fit as fit_module
-from numpyro_lm.approximations.joint_fit import largest_intermediate, log_densities, map_rows
+from numpyro_lm.approximations.joint_fit import (CPU_ROW_NUMBERS, ROW_BUDGET, largest_intermediate, log_densities,
+                                                map_rows, rows_at_once)
 from numpyro_lm.core.model import model_info
 from shared_models import whitened_gp
 
@@ -18,6 +19,19 @@ def test_largest_intermediate_sees_the_kernel_matrix():
     info = model_info(whitened_gp, (x, y))
     size = largest_intermediate(lambda r: info.log_density(r, (x, y)), jnp.zeros(info.size))
     assert size == n * n
+
+
+@pytest.mark.parametrize("per_row, n", [(207, 4000), (10_003, 1000), (200_003, 200), (10_003, 997), (100, 7), (10**8, 5)])
+def test_rows_at_once_fit_the_budget_and_divide_the_rows_where_they_can(per_row, n):
+    rows = rows_at_once(per_row, n)
+    budget = CPU_ROW_NUMBERS if jax.default_backend() == "cpu" else ROW_BUDGET
+    assert 1 <= rows <= n and (rows == 1 or rows * per_row <= budget)
+    target = min(n, max(1, budget // per_row))
+    # a divisor of n where one lies within a factor 2 of the budget's rows (no remainder to compile)
+    if any(n % r == 0 for r in range(target, (target - 1) // 2, -1)):
+        assert n % rows == 0 and 2 * rows > target
+    else:
+        assert rows == target
 
 
 @pytest.mark.slow  # a long end-to-end run: CI=true and make test-all

@@ -16,7 +16,7 @@ import numpy as np
 
 from ...marginal.collapsed import VERDICT_NODES, block_constants, collapsed_quadrature, collapsed_value
 from ...marginal.laplace_marginal import scalar_blocks
-from ..joint_fit import ROW_BUDGET
+from ..joint_fit import ROW_BUDGET, rows_at_once
 from .design import NestedDesign
 from .mixture import MixtureDraws, block_proposal, mixture_variances
 
@@ -59,8 +59,12 @@ few hyperparameters and globals (a k-hat from 200 draws is judged against 0.57, 
 COLLAPSED_WORK = 20_000_000
 """Numbers (latent and observed, times draws) the collapsed verdict evaluates, within :data:`COLLAPSED_DRAWS`."""
 COLLAPSED_ROWS = 20
-"""Draws whose quadrature runs at once (vmapped): a 5000-group model's 1000 draws took 0.67-0.80 s
-in rows of 5-40 (4.3 s in rows of 1000 with the first, float64 version)."""
+"""Draws whose quadrature runs at once (vmapped, each with its gradients at once): a 5000-group
+model's 1000 draws took 0.67-0.80 s in rows of 5-40 (4.3 s in rows of 1000 with the first,
+float64 version). Rows of :func:`~numpyro_lm.approximations.joint_fit.rows_at_once`'s size with
+each draw's gradients one after another (faster for the model's gradients alone) were slower
+here: 1.05 s at N = 5 000 and 7.1 s at N = 100 000 on the Poisson random-effect benchmark,
+where these took 0.62 and 6.4 s."""
 
 
 def collapsed_draws(info, num_diagnostic_samples: int) -> int:
@@ -119,7 +123,7 @@ def collapsed_weights(call: Callable, info, design: NestedDesign, blocks: Blocks
     # both programs compiled as the quadrature's work asks (XLA's optimisations: the float64
     # values of 1000 draws of a 5000-group model took 0.73 s fast-compiled, 0.1 s optimised)
     points = num_samples * (3 * VERDICT_NODES - 2)
-    value, log_q_globals = call(_collapsed_value, (info, int(max(1, min(num_samples, ROW_BUDGET // numbers))), ranges),
+    value, log_q_globals = call(_collapsed_value, (info, rows_at_once(numbers, num_samples), ranges),
                                 arrays, float64=True, points=points)
     rows = int(max(1, min(num_samples, COLLAPSED_ROWS, ROW_BUDGET // ((3 * VERDICT_NODES - 2) * numbers))))
     narrow = tuple(np.asarray(a, dtype) if np.issubdtype(np.asarray(a).dtype, np.floating) else a for a in arrays[1:])

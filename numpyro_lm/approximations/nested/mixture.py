@@ -14,6 +14,7 @@ from jax.scipy.special import ndtr
 from ...families.registry import basis_log_prob
 from ...marginal.conditional import quantile_sites, x_positions
 from ...runtime.programs import BATCH_COMPILE, program
+from ..joint_fit import rows_at_once
 from .design import NestedDesign, cell_draws, cell_moments
 
 __all__ = ["mixture_moments", "mixture_variances", "mixture_block", "MixtureDraws", "draw", "block_proposal"]
@@ -145,10 +146,11 @@ def _by_point(k, eps, chol):
 
 NOISE_ROWS = 64
 """Draws whose point's curvature is gathered at once by :func:`_structured_draws` (memory: this many
-copies of a point's structured curvature)."""
+copies of a point's structured curvature); on a CPU at most
+:func:`~numpyro_lm.approximations.joint_fit.rows_at_once`'s."""
 
 
-def _structured_program(curvatures, x_mean, x_slope, k, u, eps, args, kwargs):
+def _structured_program(rows, curvatures, x_mean, x_slope, k, u, eps, args, kwargs):
     """The draws' program (:func:`_structured_draws`; compiled by :func:`~numpyro_lm.runtime.programs.program`
     with LLVM's optimisations: XLA's defaults took 1.3 s to compile it)."""
     def one(inputs):
@@ -156,7 +158,7 @@ def _structured_program(curvatures, x_mean, x_slope, k, u, eps, args, kwargs):
         noise = jax.tree.map(lambda a: a[point], curvatures).inv_sqrt(e)
         return x_mean[point] + x_slope[point] @ offset + noise, jnp.sum(e * e)
 
-    x, quad = jax.lax.map(one, (k, u, eps), batch_size=NOISE_ROWS)
+    x, quad = jax.lax.map(one, (k, u, eps), batch_size=rows)
     return x, quad, jax.vmap(lambda c: -0.5 * c.logdet())(curvatures)
 
 
@@ -165,7 +167,8 @@ def _structured_draws(design: NestedDesign, k, u, eps):
     + S_k eps`` per draw in one program (compiled once per number of draws: a warm call compiles
     nothing), ``x`` in the working precision (the device's draws are float32 anyway)."""
     dtype = jnp.result_type(float)
-    x, quad, log_det = jax.device_get(program(_structured_program, compiler_options=BATCH_COMPILE)(
+    rows = min(NOISE_ROWS, rows_at_once(eps.shape[1], eps.shape[0]))
+    x, quad, log_det = jax.device_get(program(_structured_program, rows, compiler_options=BATCH_COMPILE)(
         (design.x_curvature, np.asarray(design.x_mean, dtype), np.asarray(design.x_slope, dtype),
          np.asarray(k, np.int32), np.asarray(u, dtype), np.asarray(eps, dtype))))
     return np.asarray(x), np.asarray(quad, np.float64), np.asarray(log_det, np.float64)
