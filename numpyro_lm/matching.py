@@ -112,7 +112,7 @@ class LaplaceMatching:
         fits of small models) below
         :data:`~numpyro_lm.runtime.programs.LARGE_MODEL` latent and observed numbers and
         ``BATCH_COMPILE`` (LLVM's optimisations, XLA:CPU's elemental emitters) above, for a nested
-        fit's inner fits, and for the draws and the verdict's weights where they evaluate
+        fit's inner fits from 1000 such numbers, and for the draws and the verdict's weights where they evaluate
         :data:`~numpyro_lm.runtime.programs.HEAVY_PROGRAM` numbers or more. ``BATCH_COMPILE``
         also suits expensive log densities and many refits; ``None``: XLA's defaults.
     """

@@ -31,6 +31,7 @@ __all__ = [
     "HEAVY_PROGRAM",
     "options_for_work",
     "options_for_repeats",
+    "REPEATED_MIN_NUMBERS",
     "resolve_compiler_options",
     "BATCH_COMPILE",
     "usable_compiler_options",
@@ -82,10 +83,20 @@ def options_for_work(options, work: int):
     return BATCH_COMPILE if options is FAST_COMPILE and work >= HEAVY_PROGRAM else options
 
 
-def options_for_repeats(options):
-    """``options``, or :data:`BATCH_COMPILE` where they are the automatic :data:`FAST_COMPILE`:
-    for a program that runs many times in one fit (a nested fit's inner fits: 20-60 calls)."""
-    return BATCH_COMPILE if options is FAST_COMPILE else options
+REPEATED_MIN_NUMBERS = 1000
+"""Latent and observed numbers from which a program that runs many times in one fit is compiled with
+:data:`BATCH_COMPILE` (:func:`options_for_repeats`). A nested fit's inner fits, cold / warm s:
+a 50-group logistic GLMM (1055 numbers) 4.5 / 1.5 fast-compiled, 4.9 / 0.65 so; the
+hierarchical Poisson and beta-binomial models of the nested benchmark (42 and 52 numbers),
+interleaved runs on a busy machine, 2.3 / 0.20-0.27 and 4.3-5.2 / 0.30-0.32 fast-compiled, 3.0-3.2 /
+0.14-0.16 and 5.4-5.7 / 0.16-0.20 so: a first call 0.7 s slower for 0.1 s a refit."""
+
+
+def options_for_repeats(options, numbers: int):
+    """``options``, or :data:`BATCH_COMPILE` where they are the automatic :data:`FAST_COMPILE` and
+    the model has ``numbers`` >= :data:`REPEATED_MIN_NUMBERS` latent and observed numbers: for a
+    program that runs many times in one fit (a nested fit's inner fits: 20-60 calls)."""
+    return BATCH_COMPILE if options is FAST_COMPILE and numbers >= REPEATED_MIN_NUMBERS else options
 
 
 @functools.lru_cache(maxsize=None)

@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from numpyro_lm.runtime.programs import (BATCH_COMPILE, FAST_COMPILE, HEAVY_PROGRAM, LARGE_MODEL, merge_inputs,
-                                        options_for_repeats, options_for_work, program, resolve_compiler_options,
-                                        split_inputs, usable_compiler_options)
+from numpyro_lm.runtime.programs import (BATCH_COMPILE, FAST_COMPILE, HEAVY_PROGRAM, LARGE_MODEL,
+                                        REPEATED_MIN_NUMBERS, merge_inputs, options_for_repeats, options_for_work,
+                                        program, resolve_compiler_options, split_inputs, usable_compiler_options)
 
 pytestmark = pytest.mark.usefixtures("x64")
 
@@ -68,11 +68,13 @@ def test_heavy_and_repeated_programs_get_llvm_optimisations_only_in_place_of_the
     # for many model evaluations and for programs run many times
     assert options_for_work(FAST_COMPILE, HEAVY_PROGRAM - 1) is FAST_COMPILE
     assert options_for_work(FAST_COMPILE, HEAVY_PROGRAM) is BATCH_COMPILE
-    assert options_for_repeats(FAST_COMPILE) is BATCH_COMPILE
+    assert options_for_repeats(FAST_COMPILE, REPEATED_MIN_NUMBERS) is BATCH_COMPILE
+    assert options_for_repeats(FAST_COMPILE, REPEATED_MIN_NUMBERS - 1) is FAST_COMPILE  # small: compile fast
     # options the user chose are kept, even equal to FAST_COMPILE
     chosen = dict(FAST_COMPILE)
-    assert options_for_work(chosen, 10 * HEAVY_PROGRAM) is chosen and options_for_repeats(chosen) is chosen
-    assert options_for_work(None, 10 * HEAVY_PROGRAM) is None and options_for_repeats(None) is None
+    assert options_for_work(chosen, 10 * HEAVY_PROGRAM) is chosen
+    assert options_for_repeats(chosen, 10 * REPEATED_MIN_NUMBERS) is chosen
+    assert options_for_work(None, 10 * HEAVY_PROGRAM) is None and options_for_repeats(None, 10**6) is None
 
 
 def test_automatic_options_are_fast_compile_below_the_large_model_size_and_llvm_optimised_above():

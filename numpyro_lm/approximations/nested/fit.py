@@ -313,11 +313,10 @@ def run_nested(info, options: FitOptions, hyper, rng_key, args, kwargs, init_par
     if not structured and options.curvature != "dense":
         check_dense_memory(layout, np.dtype(dtype).itemsize, "the nested fit's hyperparameters lie in the plate.")
     block_index = _event_columns(layout, split.theta_index) if structured else None  # refused before any fit
-    # 20-60 calls (the search, the design): LLVM's optimisations pay for themselves at any size
-    # (a 50-group GLMM's warm call 1.5 -> 0.65 s for 0.4 s more compiling; 8 groups: 0.17 -> 0.12 s)
+    # 20-60 calls (the search, the design): LLVM's optimisations pay for themselves but on small models
     inner = program(_inner, info, options.tolerance(dtype), options.max_iter, hyper_key,
                     tuple(bool(c) for c in split.gaussian_cols), options.curvature, options.plate,
-                    compiler_options=options_for_repeats(compiler_options))
+                    compiler_options=options_for_repeats(compiler_options, info.size + layout.observed_size))
     bar = progress(progress_bar, desc="nested Laplace inner fits", unit="fit")
     marginal = MarginalAtPoints(inner, structured, layout, options, dtype, bar, args, kwargs)
     with bar:
