@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .quadrature import block_quadrature
+from .quadrature import add_at, block_quadrature
 
 __all__ = ["VERDICT_NODES", "block_constants", "collapsed_value", "CollapsedQuadrature", "collapsed_quadrature"]
 
@@ -75,7 +75,7 @@ def _by_rows(fn: Callable, arrays, rows: int, zeros):
 
 def _centre(proposal: Callable, row, extra, local_index):
     m, s2, log_q = proposal(row, extra)
-    return row.at[local_index].set(m.astype(row.dtype)), m, s2, log_q
+    return add_at(row, local_index, m.astype(row.dtype) - row[local_index]), m, s2, log_q
 
 
 def collapsed_value(log_density: Callable, flat, local_index, proposal: Callable, extras, rows: int):

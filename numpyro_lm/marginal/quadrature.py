@@ -42,7 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["GH_NODES", "SLOPE_POINTS", "block_quadrature", "block_quadrature_correction"]
+__all__ = ["GH_NODES", "SLOPE_POINTS", "block_quadrature", "block_quadrature_correction", "add_at", "as_slice"]
 
 GH_NODES = 9
 """Gauss-Hermite nodes per block."""
@@ -89,10 +89,11 @@ def block_quadrature(log_density: Callable, x, local_index, precision, batched: 
         recomputed when differentiated (``lax.map`` of ``checkpoint``: one copy).
     :param num_nodes: Gauss-Hermite nodes per block (odd).
     """
+    local_index = as_slice(local_index)
     nodes, weights, points, to_increments = _lobatto_increments(num_nodes)
     scale = math.sqrt(2.0) / jnp.sqrt(precision)  # sqrt(2) s_j
     grad = jax.grad(log_density)
-    slope = lambda point: grad(x.at[local_index].add(point * scale))[local_index] * scale  # noqa: E731
+    slope = lambda point: grad(add_at(x, local_index, point * scale))[local_index] * scale  # noqa: E731
     points_x = jnp.asarray(points, x.dtype)
     slopes = jax.vmap(slope)(points_x) if batched else jax.lax.map(jax.checkpoint(slope), points_x)  # (P, J)
     phi = jnp.asarray(to_increments, x.dtype) @ slopes
@@ -102,6 +103,28 @@ def block_quadrature(log_density: Callable, x, local_index, precision, batched: 
     offset = jnp.asarray(nodes, x.dtype)[:, None] * scale  # (K, J)
     mean = jnp.sum(share * offset, axis=0)
     return log_ratio, mean, jnp.maximum(jnp.sum(share * offset**2, axis=0) - mean**2, 0.0)
+
+
+def as_slice(index):
+    """``index`` as a ``slice`` where it is a concrete contiguous range of integers (a plate's
+    blocks in order), else as it is: a slice reads as a slice and writes through :func:`add_at`,
+    where an integer array is a gather and a scatter."""
+    if isinstance(index, np.ndarray) and index.ndim == 1 and index.size and np.issubdtype(index.dtype, np.integer):
+        start = int(index[0])
+        if np.array_equal(index, np.arange(start, start + index.size)):
+            return slice(start, start + index.size)
+    return index
+
+
+def add_at(x, index, values):
+    """``x.at[index].add(values)``; where ``index`` is a ``slice`` of step 1, an elementwise sum
+    with ``values`` padded to ``x``'s length: XLA fuses it into what follows, where a scatter
+    (what ``.at[]`` gives even for a slice) is a loop of its own, slower on a CPU than the model's
+    gradient it feeds at 10^5 blocks."""
+    if not isinstance(index, slice) or index.step not in (None, 1):
+        return x.at[index].add(values)
+    start, stop, _ = index.indices(x.shape[-1])
+    return x + jnp.pad(values, (start, x.shape[-1] - stop))
 
 
 def block_quadrature_correction(log_density: Callable, x, local_index, precision, batched: bool = False):
