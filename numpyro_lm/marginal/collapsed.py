@@ -75,6 +75,8 @@ def _by_rows(fn: Callable, arrays, rows: int, zeros):
 
 def _centre(proposal: Callable, row, extra, local_index):
     m, s2, log_q = proposal(row, extra)
+    # the blocks set to m (as an addition: no scatter where they are a range); the value and the
+    # quadrature both take this centre, so its last-bit rounding cancels
     return add_at(row, local_index, m.astype(row.dtype) - row[local_index]), m, s2, log_q
 
 

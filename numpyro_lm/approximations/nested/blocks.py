@@ -64,7 +64,8 @@ model's 1000 draws took 0.67-0.80 s in rows of 5-40 (4.3 s in rows of 1000 with 
 float64 version). Rows of :func:`~numpyro_lm.approximations.joint_fit.rows_at_once`'s size with
 each draw's gradients one after another (faster for the model's gradients alone) were slower
 here: 1.05 s at N = 5 000 and 7.1 s at N = 100 000 on the Poisson random-effect benchmark,
-where these took 0.62 and 6.4 s."""
+where these took 0.62 and 6.4 s (both measured while the quadrature still wrote its blocks
+with scatters: :func:`~numpyro_lm.marginal.quadrature.add_at`)."""
 
 
 def collapsed_draws(info, num_diagnostic_samples: int) -> int:
