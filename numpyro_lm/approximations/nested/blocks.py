@@ -16,6 +16,7 @@ import numpy as np
 
 from ...marginal.collapsed import VERDICT_NODES, block_constants, collapsed_quadrature, collapsed_value
 from ...marginal.laplace_marginal import scalar_blocks
+from ...marginal.quadrature import as_slice
 from ..joint_fit import ROW_BUDGET, rows_at_once
 from .design import NestedDesign
 from .mixture import MixtureDraws, block_proposal, mixture_variances
@@ -77,10 +78,10 @@ def collapsed_draws(info, num_diagnostic_samples: int) -> int:
 
 
 def _as_range(index: np.ndarray):
-    """``(start, stop)`` where ``index`` is the contiguous range, else ``None``."""
-    index = np.asarray(index)
-    contiguous = index.size > 0 and np.array_equal(index, np.arange(index[0], index[0] + index.size))
-    return (int(index[0]), int(index[0] + index.size)) if contiguous else None
+    """``(start, stop)`` where ``index`` is the contiguous range (:func:`~numpyro_lm.marginal.quadrature.as_slice`),
+    else ``None``: hashable, a static argument of the verdict's programs."""
+    index = as_slice(np.asarray(index))
+    return (index.start, index.stop) if isinstance(index, slice) else None
 
 
 def _blocks_and_proposal(ranges, x_index, local, glob, x_mean, x_slope, coupling, precision, schur_chol):
