@@ -42,6 +42,24 @@ def _support_bounds(info, mean, args, kwargs):
     return info.support_bounds(mean, args, kwargs)
 
 
+def _first_rows(n, tree, args, kwargs):
+    return jax.tree.map(lambda x: x[:n], tree)
+
+
+def _on_cpu(x) -> bool:
+    return all(d.platform == "cpu" for d in x.devices())
+
+
+def first_rows(tree, n: int):
+    """The first ``n`` rows of each array of ``tree`` (device arrays): on a CPU sliced as NumPy
+    views (no copy: 200 of 1000 draws of 10^5 coordinates with their flat rows in 9 ms, where a
+    compiled slice took 0.13-0.2 s), elsewhere in one compiled program (an eager slice compiles
+    a program per shape; a trip through the host would copy every draw twice)."""
+    if all(_on_cpu(x) for x in jax.tree.leaves(tree)):
+        return jax.device_put(jax.tree.map(lambda x: np.asarray(x)[:n], tree))
+    return program(_first_rows, n)((tree,))
+
+
 WORK_BUDGET = 400_000_000
 """Numbers (latent and observed values) the verdict's log densities may touch per batch."""
 
@@ -198,8 +216,7 @@ class Result:
         if n not in self._draws:
             larger = [m for m in self._draws if m > n]
             if larger and self.batch is None:  # the first n of more draws (iid; the copula's are prefix-stable)
-                # sliced on the host: an eager slice compiles a program per site's shape
-                self._draws[n] = jax.device_put(jax.tree.map(lambda x: np.asarray(x)[:n], self._draws[min(larger)]))
+                self._draws[n] = first_rows(self._draws[min(larger)], n)
             elif larger:  # a batch's draws stay where they are (sharded)
                 self._draws[n] = jax.tree.map(lambda x: jax.lax.slice_in_dim(x, 0, n, axis=1),
                                               self._draws[min(larger)])

@@ -273,7 +273,7 @@ class ArrowheadHessian(NamedTuple):
         factor = arrowhead_factor(*hess)
         positive = _factor_positive(factor)
         factor = jax.lax.cond(positive, lambda: factor, lambda: modified_factor(*hess))
-        curv = ArrowheadCurvature(jnp.asarray(self.structure.local_index), jnp.asarray(self.structure.global_index),
+        curv = ArrowheadCurvature(self.structure.local_index, self.structure.global_index,
                                   *hess, *factor)
         solved = curv.solve(grad)
         decrement = jnp.sqrt(jnp.maximum(jnp.dot(grad, solved), 0.0))

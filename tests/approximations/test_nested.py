@@ -383,14 +383,59 @@ def _poisson_glmm_fit(num_groups=40):
     return lm
 
 
-def test_a_structured_nested_fit_is_judged_with_its_blocks_integrated_out():
+@pytest.fixture(scope="module")
+def structured_fit():
+    """One structured fit for the tests below, in the module's float64 (a module fixture runs
+    before the function-scoped ``x64`` one)."""
+    previous = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        yield _poisson_glmm_fit()
+    finally:
+        jax.config.update("jax_enable_x64", previous)
+
+
+def test_flat_runs_assemble_rows_as_index_arrays_place_them():
+    from numpyro_lm.approximations.nested.mixture import flat_runs
+
+    theta_index, x_index = np.array([2, 5, 6]), np.array([0, 1, 3, 4, 7])
+    theta, x = np.array([10.0, 11.0, 12.0]), np.arange(5.0)
+    runs = flat_runs(theta_index, x_index)
+    assert len(runs) == 5  # x[0:2], theta[0:1], x[2:4], theta[1:3], x[4:5]
+    expected = np.empty(8)
+    expected[theta_index], expected[x_index] = theta, x
+    np.testing.assert_array_equal(np.concatenate([(theta, x)[s][a:b] for s, a, b in runs]), expected)
+
+
+def test_structured_draws_follow_the_mixture_and_repeat_with_the_key(structured_fit):
+    """The draws made on the device (normals, the point's conditional, the flat rows) have the
+    mixture's means and variances, coordinate by coordinate, and the same key gives the same draws."""
+    from numpyro_lm.approximations.nested.fit import design_draws
+    from numpyro_lm.approximations.nested.mixture import mixture_variances
+
+    result = structured_fit._result
+    n = 4000
+    made = design_draws(result.design, result.info.layout, jax.random.PRNGKey(5), n)
+    assert isinstance(made.flat, jax.Array)
+    flat = np.asarray(made.flat, np.float64)
+    mean, var = mixture_variances(result.design, result.info.layout.size)
+    sd = np.sqrt(var)
+    # Monte Carlo error of a mean: sd / sqrt(n); of a variance: var sqrt(2 / n) (near-Gaussian
+    # coordinates); 4.5 of them over the 43 coordinates
+    np.testing.assert_array_less(np.abs(flat.mean(0) - mean) / sd, 4.5 / np.sqrt(n))
+    np.testing.assert_array_less(np.abs(flat.var(0) / var - 1), 4.5 * np.sqrt(2 / n))
+    again = design_draws(result.design, result.info.layout, jax.random.PRNGKey(5), n)
+    np.testing.assert_array_equal(np.asarray(again.flat), np.asarray(made.flat))
+
+
+def test_a_structured_nested_fit_is_judged_with_its_blocks_integrated_out(structured_fit):
     """A random intercept per group: the verdict's weights live on (sigma, beta) with the blocks
     integrated out, and the blocks' own conditionals are checked against their quadrature; a
     design whose block means are moved by half a conditional SD is caught by that check, and
     named, where its weights over (sigma, beta) are still light."""
     from numpyro_lm.approximations.nested.fit import NestedResult
 
-    lm = _poisson_glmm_fit()
+    lm = structured_fit
     result = lm._result
     assert isinstance(result, NestedResult) and result.blocks is not None and result.blocks.sites == {"z"}
     d = lm.diagnostics()

@@ -80,13 +80,16 @@ def test_gaussian_samples_and_density():
     np.testing.assert_allclose(g.sample(jax.random.PRNGKey(0), 10), draws[:10], rtol=1e-12)  # the same noise
 
 
-def random_arrowhead(num_blocks, size, num_global, seed=0):
-    """A random positive definite block-arrowhead precision with its coordinates shuffled."""
+def random_arrowhead(num_blocks, size, num_global, seed=0, order=None):
+    """A random positive definite block-arrowhead precision with its coordinates shuffled, or in
+    ``order`` ("locals first", "globals first": a plate's site beside the globals)."""
     from numpyro_lm.curvature import ArrowheadCurvature
 
     rng = np.random.default_rng(seed)
     dim = num_blocks * size + num_global
-    order = rng.permutation(dim)
+    orders = {None: rng.permutation(dim), "locals first": np.arange(dim),
+              "globals first": np.roll(np.arange(dim), -num_global)}
+    order = orders[order]
     local, glob = order[: num_blocks * size].reshape(num_blocks, size), order[num_blocks * size:]
     a = rng.normal(size=(num_blocks, size, size))
     a = a @ np.swapaxes(a, 1, 2) + 2 * np.eye(size)
@@ -124,6 +127,8 @@ STRUCTURED = {
     "lowrank-update": random_lowrank_update,
     "arrowhead-scalar-blocks": lambda: random_arrowhead(6, 1, 2, seed=1),
     "arrowhead-no-globals": lambda: random_arrowhead(3, 2, 0, seed=2),
+    "arrowhead-locals-first": lambda: random_arrowhead(4, 2, 3, seed=4, order="locals first"),
+    "arrowhead-globals-first": lambda: random_arrowhead(6, 1, 2, seed=5, order="globals first"),
     "diagonal-with-block": random_diagonal_with_block,
 }
 
@@ -154,6 +159,26 @@ def test_structured_operations_match_dense_linear_algebra(name):
     # exact for the diagonal; power iteration for the arrowhead: a lower bound on the
     # largest eigenvalue and an upper bound on the smallest, close after 50 iterations
     assert w[0] * (1 - 1e-9) <= low <= 1.05 * w[0] and 0.95 * w[-1] <= high <= w[-1] * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("order", [None, "locals first", "globals first"])
+def test_arrowhead_parts_split_and_join_as_index_arrays_do(order):
+    """Contiguous blocks beside the globals are read as slices (``placement``), anything else
+    (shuffled, or indices traced under jit) through the index arrays; both give the same parts,
+    and joining the parts gives the vector back."""
+    from numpyro_lm.curvature.arrowhead import join_parts, placement, split_parts
+
+    c = random_arrowhead(5, 2, 3, seed=6, order=order)
+    local, glob = np.asarray(c.local_index), np.asarray(c.global_index)
+    assert (placement(local, glob) is None) == (order is None)
+    v = jnp.asarray(np.random.default_rng(7).normal(size=(4, c.dim)))
+    parts = split_parts(local, glob, v)
+    np.testing.assert_array_equal(parts[0], np.asarray(v)[:, local])
+    np.testing.assert_array_equal(parts[1], np.asarray(v)[:, glob])
+    np.testing.assert_array_equal(join_parts(local, glob, *parts), v)
+    traced = jax.jit(lambda l, g: join_parts(l, g, *split_parts(l, g, v)))(local, glob)
+    np.testing.assert_array_equal(traced, v)
+    np.testing.assert_allclose(c.matvec(v), np.asarray(v) @ np.asarray(c.precision).T, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.slow  # a long end-to-end run: CI=true and make test-all

@@ -146,7 +146,8 @@ class NestedResult(Result):
         made = self._design_draws.pop(num_samples, None)
         made = made or design_draws(self.design, self.info.layout, self.rng_key, num_samples)
         self._log_q[num_samples] = made._replace(flat=None)
-        flat = jax.device_put(np.asarray(made.flat, jnp.result_type(float)))
+        flat = made.flat if isinstance(made.flat, jax.Array) else jax.device_put(np.asarray(made.flat,
+                                                                                          jnp.result_type(float)))
         return self.call(constrained, (self.info,), (flat,), points=num_samples), flat
 
     def draws(self, num_samples=None):
@@ -164,7 +165,8 @@ class NestedResult(Result):
         if num_samples not in self._log_q:
             more = self._log_q[min(m for m in self._log_q if m > num_samples)]  # draws() sliced the flat ones
             self._log_q[num_samples] = MixtureDraws(None, lambda: more.log_q()[:num_samples], more.point[:num_samples],
-                                                    more.offset[:num_samples], more.log_q_hyper[:num_samples])
+                                                    more.offset[:num_samples], more.log_q_hyper[:num_samples],
+                                                    more.mapped[:num_samples])
         return self._log_q[num_samples]
 
     def _new_weights(self, num_samples: int, flat):
@@ -336,7 +338,7 @@ def run_nested(info, options: FitOptions, hyper, rng_key, args, kwargs, init_par
     if blocks is not None:  # the verdict's draws are get_samples' first ones, or the other way round
         n = max(num_samples, collapsed_draws(info, n))
     draws = {n: design_draws(design, layout, rng_key, n)}
-    matched = _mixture_matched(info, design, split, block_index, draws[n].flat, args, kwargs, compiler_options)
+    matched = _mixture_matched(info, design, split, block_index, draws[n], args, kwargs, compiler_options)
     result = NestedResult(info, args, kwargs, rng_key, split.hyper, design, search, matched, num_samples,
                           compiler_options, draws, blocks)
     check_fit(layout, result.checks(), result.gaussian.curvature)
@@ -365,10 +367,10 @@ def _mode_search(marginal: MarginalAtPoints, info, options, split: Coordinates, 
         return explore(marginal, start[split.theta_index], start[split.x_index], one_at_a_time=one_at_a_time)
 
 
-def _mixture_matched(info, design: NestedDesign, split: Coordinates, block_index, flat, args, kwargs,
+def _mixture_matched(info, design: NestedDesign, split: Coordinates, block_index, made: MixtureDraws, args, kwargs,
                      compiler_options):
     """The mixture's Gaussian in the basis and each site's matched family (:func:`_match`): the
-    Gaussian-mixture moments for sites drawn from their conditional Gaussians, the draws' (``flat``)
+    Gaussian-mixture moments for sites drawn from their conditional Gaussians, the draws' (``made``)
     where the draws went through each design point's matched family. ``block_index``: for a
     structured fit, the coordinates matched per event vector (:func:`_event_columns`), else ``None``."""
     size, mapped, dtype = info.layout.size, split.mapped, jnp.result_type(float)
@@ -376,7 +378,7 @@ def _mixture_matched(info, design: NestedDesign, split: Coordinates, block_index
         # large models: each coordinate's mean and variance (the matched families are
         # elementwise); the draws keep the mixture's correlations
         mean_all, var_all = mixture_variances(design, size)
-        drawn = np.asarray(flat[:, mapped], np.float64)
+        drawn = np.asarray(made.mapped, np.float64)  # flat[:, mapped], kept on the host
         mean_all[mapped] = drawn.mean(0)
         var_all[mapped] = drawn.var(0, ddof=1)
         position = np.full(size, -1)
@@ -385,7 +387,7 @@ def _mixture_matched(info, design: NestedDesign, split: Coordinates, block_index
         moments = (np.asarray(mean_all, dtype), np.asarray(var_all, dtype), block_index.astype(np.int32),
                    np.asarray(block_cov, dtype))
         return program(_match_diagonal, info, compiler_options=compiler_options)(moments, args, kwargs)
-    flat = np.asarray(flat, np.float64)
+    flat = np.asarray(made.flat, np.float64)
     mean_all, cov_all = mixture_moments(design, size)
     mean_all[mapped] = flat[:, mapped].mean(0)
     cov_draws = np.cov(flat.T).reshape(size, size)

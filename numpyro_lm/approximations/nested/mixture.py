@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import ndtr
 
+from ...curvature.arrowhead import ArrowheadCurvature, placement
 from ...families.registry import basis_log_prob
 from ...marginal.conditional import quantile_sites, x_positions
 from ...runtime.programs import BATCH_COMPILE, program
@@ -150,28 +151,77 @@ copies of a point's structured curvature); on a CPU at most
 :func:`~numpyro_lm.approximations.joint_fit.rows_at_once`'s."""
 
 
-def _structured_program(rows, curvatures, x_mean, x_slope, k, u, eps, args, kwargs):
+def flat_runs(theta_index, x_index) -> tuple:
+    """How a flat row is assembled from its hyperparameters ``t`` and its field ``x``: static
+    ``((source, start, stop), ...)`` runs in flat order, ``source`` 0 for ``t``, 1 for ``x``
+    (a concatenation of slices, where a scatter into ``n x D`` would be a loop of its own)."""
+    size = len(theta_index) + len(x_index)
+    source, position = np.empty(size, np.int64), np.empty(size, np.int64)
+    source[theta_index], position[theta_index] = 0, np.arange(len(theta_index))
+    source[x_index], position[x_index] = 1, np.arange(len(x_index))
+    breaks = np.flatnonzero((np.diff(source) != 0) | (np.diff(position) != 1)) + 1
+    starts, stops = np.concatenate([[0], breaks]), np.concatenate([breaks, [size]])
+    return tuple((int(source[a]), int(position[a]), int(position[a] + b - a)) for a, b in zip(starts, stops))
+
+
+def _fixed_indices(curvature):
+    """``((start, J, b), global positions)`` of an arrowhead curvature whose blocks are at the same
+    contiguous positions at every design point (:func:`~numpyro_lm.curvature.arrowhead.placement`):
+    hashable, so that the draws' program reads them as constants (slices, not a scatter per draw);
+    else ``None``."""
+    if not isinstance(curvature, ArrowheadCurvature):
+        return None
+    local, glob = np.asarray(curvature.local_index), np.asarray(curvature.global_index)
+    if not (np.all(local == local[:1]) and np.all(glob == glob[:1])) or placement(local[0], glob[0]) is None:
+        return None
+    return (int(local[0].ravel()[0]),) + local.shape[1:], tuple(int(i) for i in glob[0])
+
+
+def _structured_program(rows, runs, indices, curvatures, x_mean, x_slope, key, k, u, theta, mapped, args, kwargs):
     """The draws' program (:func:`_structured_draws`; compiled by :func:`~numpyro_lm.runtime.programs.program`
-    with LLVM's optimisations: XLA's defaults took 1.3 s to compile it)."""
+    with LLVM's optimisations: XLA's defaults took 1.3 s to compile it): each row's normals drawn
+    where they are used (``fold_in`` of the row's number: no ``n x Dx`` array of them), its flat
+    row assembled by :func:`flat_runs`."""
+    dx = x_mean.shape[1]
+
     def one(inputs):
-        point, offset, e = inputs
-        noise = jax.tree.map(lambda a: a[point], curvatures).inv_sqrt(e)
-        return x_mean[point] + x_slope[point] @ offset + noise, jnp.sum(e * e)
+        i, point, offset, t = inputs
+        e = jax.random.normal(jax.random.fold_in(key, i), (dx,), x_mean.dtype)
+        curvature = jax.tree.map(lambda a: a[point], curvatures)
+        if indices is not None:
+            (start, blocks, size), glob = indices
+            curvature = curvature._replace(local_index=np.arange(start, start + blocks * size).reshape(blocks, size),
+                                           global_index=np.asarray(glob, np.int64))
+        noise = curvature.inv_sqrt(e)
+        x = x_mean[point] + x_slope[point] @ offset + noise
+        parts = (t.astype(x.dtype), x)
+        # no x[mapped] where it is empty (lax.map cannot stack zero-size rows)
+        picked = (x[mapped],) if mapped.shape[0] else ()
+        return jnp.concatenate([parts[s][a:b] for s, a, b in runs]), picked, jnp.sum(e * e)
 
-    x, quad = jax.lax.map(one, (k, u, eps), batch_size=rows)
-    return x, quad, jax.vmap(lambda c: -0.5 * c.logdet())(curvatures)
+    rows_index = jnp.arange(k.shape[0], dtype=jnp.uint32)
+    flat, picked, quad = jax.lax.map(one, (rows_index, k, u, theta), batch_size=rows)
+    x_mapped = picked[0] if picked else jnp.zeros((k.shape[0], 0), x_mean.dtype)
+    return flat, x_mapped, quad, jax.vmap(lambda c: -0.5 * c.logdet())(curvatures)
 
 
-def _structured_draws(design: NestedDesign, k, u, eps):
-    """``(x (n, Dx), eps' eps (n,), log det S per point)`` for structured curvatures: ``x_k + slope_k u
-    + S_k eps`` per draw in one program (compiled once per number of draws: a warm call compiles
-    nothing), ``x`` in the working precision (the device's draws are float32 anyway)."""
+def _structured_draws(rng: np.random.Generator, design: NestedDesign, theta, k, u, mapped):
+    """``(flat (n, D) on the device, x[:, mapped] (host), eps' eps (n,), log det S per point)``
+    for structured curvatures: ``x_k + slope_k u + S_k eps`` per draw and the flat rows in one
+    program (compiled once per number of draws: a warm call compiles nothing), in the working
+    precision (the device's draws are float32 anyway), with no ``n x D`` array on the host
+    (at 10^5 coordinates and 1000 draws, the host's normals, their copies to and from the
+    device and the scatter into flat rows took 3 s of the draws' 5)."""
     dtype = jnp.result_type(float)
-    rows = min(NOISE_ROWS, rows_at_once(eps.shape[1], eps.shape[0]))
-    x, quad, log_det = jax.device_get(program(_structured_program, rows, compiler_options=BATCH_COMPILE)(
-        (design.x_curvature, np.asarray(design.x_mean, dtype), np.asarray(design.x_slope, dtype),
-         np.asarray(k, np.int32), np.asarray(u, dtype), np.asarray(eps, dtype))))
-    return np.asarray(x), np.asarray(quad, np.float64), np.asarray(log_det, np.float64)
+    key = rng.integers(0, 2**32, size=2, dtype=np.uint32)  # the device's stream, from the host's
+    rows = min(NOISE_ROWS, rows_at_once(design.x_mode.shape[1], len(k)))
+    runs = flat_runs(design.theta_index, design.x_index)
+    indices = _fixed_indices(design.x_curvature)
+    flat, x_mapped, quad, log_det = program(_structured_program, rows, runs, indices, compiler_options=BATCH_COMPILE)(
+        (design.x_curvature, np.asarray(design.x_mean, dtype), np.asarray(design.x_slope, dtype), key,
+         np.asarray(k, np.int32), np.asarray(u, dtype), np.asarray(theta, dtype), np.asarray(mapped, np.int32)))
+    x_mapped, quad, log_det = jax.device_get((x_mapped, quad, log_det))
+    return flat, np.asarray(x_mapped), np.asarray(quad, np.float64), np.asarray(log_det, np.float64)
 
 
 def _put_columns(out, index, values):
@@ -183,14 +233,23 @@ def _put_columns(out, index, values):
         out[:, index[lo]:index[lo] + hi - lo] = values[:, lo:hi]
 
 
-class MixtureDraws(NamedTuple):
-    """Draws from the design's mixture (:func:`draw`), host arrays."""
+def _set_sites(offsets, flat, *values):
+    """``flat`` with the columns from each of ``offsets`` replaced by ``values`` (the matched
+    families' draws: a device array's update, not a copy through the host)."""
+    for offset, v in zip(offsets, values):
+        flat = jax.lax.dynamic_update_slice(flat, v.astype(flat.dtype), (0, offset))
+    return flat
 
-    flat: np.ndarray  # (n, D) basis coordinates
+
+class MixtureDraws(NamedTuple):
+    """Draws from the design's mixture (:func:`draw`)."""
+
+    flat: object  # (n, D) basis coordinates: a host array, or a device array (structured conditionals)
     log_q: Callable  # () -> (n,) their log density, computed on request
     point: np.ndarray  # (n,) the design point k of each draw
     offset: np.ndarray  # (n, d) u = z - z_k, the draw's hyperparameters from its point (standardised)
     log_q_hyper: np.ndarray  # (n,) the log density of the draw's hyperparameters alone
+    mapped: np.ndarray  # (n, M) host copy of the columns drawn through matched families (quantile sites)
 
 
 def draw(rng: np.random.Generator, design: NestedDesign, layout, num_samples: int) -> MixtureDraws:
@@ -201,14 +260,20 @@ def draw(rng: np.random.Generator, design: NestedDesign, layout, num_samples: in
     """
     theta, k, u, log_q = _hyper_draws(rng, design, num_samples)
     log_q_hyper = log_q
-    x, quad, log_det, mean_of = _conditional_draws(rng, design, k, u, num_samples)
-    # a large model's draws in the working precision (n x D: 0.8 GB in float64 at 10^5 coordinates)
-    flat = np.empty((num_samples, layout.size), x.dtype)
-    _put_columns(flat, design.theta_index, theta)
-    _put_columns(flat, design.x_index, x)
+    sites = quantile_sites(layout, design.theta_index)
+    positions = x_positions(layout, design.theta_index)
+    mapped_x = np.concatenate([positions[site.name] for site, _ in sites] + [np.zeros(0, int)])
+    flat, x_mapped, quad, log_det, mean_of = _conditional_draws(rng, design, layout, theta, k, u, mapped_x)
     dx = design.x_mode.shape[1]
     log_q = log_q - 0.5 * quad - log_det[k] - 0.5 * dx * math.log(2 * math.pi)
-    mapped = _family_draws(rng, design, layout, flat, x, k, mean_of)
+    mapped = _family_draws(rng, design, sites, positions, x_mapped, k, mean_of)
+    if isinstance(flat, np.ndarray):
+        for (site, _), (_, _, y, _, _) in zip(sites, mapped):
+            flat[:, site.offset : site.offset + site.size] = y.reshape(num_samples, -1)
+    elif mapped:
+        offsets = tuple(site.offset for site, _ in sites)
+        flat = program(_set_sites, offsets)((flat,) + tuple(np.asarray(y.reshape(num_samples, -1), flat.dtype)
+                                                             for _, _, y, _, _ in mapped))
 
     def log_density():
         # the copula density: each mapped coordinate's Gaussian marginal replaced by the
@@ -221,7 +286,9 @@ def draw(rng: np.random.Generator, design: NestedDesign, layout, num_samples: in
             out = out + term.reshape(num_samples, -1).sum(1)
         return out
 
-    return MixtureDraws(flat, log_density, k, u, log_q_hyper)
+    values = np.concatenate([y.reshape(num_samples, -1) for _, _, y, _, _ in mapped] + [np.zeros((num_samples, 0))],
+                            axis=1)
+    return MixtureDraws(flat, log_density, k, u, log_q_hyper, values)
 
 
 def block_proposal(x_index, local, glob, x_mean, x_slope, coupling, precision, schur_chol):
@@ -267,40 +334,44 @@ def _hyper_draws(rng: np.random.Generator, design: NestedDesign, num_samples: in
     return theta, k, z - design.z[k], log_q - np.linalg.slogdet(design.scale)[1]
 
 
-def _conditional_draws(rng: np.random.Generator, design: NestedDesign, k, u, num_samples: int):
-    """``(x (n, Dx), eps' eps, log det S_k per point, mean_of(cols))``: the field given theta from
-    its design point's conditional Gaussian, its mean following ``u`` along the point's slope."""
-    dx = design.x_mode.shape[1]
+def _conditional_draws(rng: np.random.Generator, design: NestedDesign, layout, theta, k, u, mapped_x):
+    """``(flat (n, D) without the quantile sites' draws, x[:, mapped_x] (host), eps' eps,
+    log det S_k per point, mean_of(cols))``: the field given theta from its design point's
+    conditional Gaussian, its mean following ``u`` along the point's slope."""
+    num_samples = len(k)
     if design.x_cov is None:
-        # structured conditionals of a large model: on the device, and n x D arrays kept to a
-        # few (float32 normals, x)
-        eps = rng.standard_normal((num_samples, dx), dtype=np.float32)
-        x, quad, log_det = _structured_draws(design, k, u, eps)
-        del eps
+        # structured conditionals of a large model: drawn and assembled on the device
+        flat, x_mapped, quad, log_det = _structured_draws(rng, design, theta, k, u, mapped_x)
 
         def mean_of(cols):
             return design.x_mean[:, cols][k] + np.einsum("nia,na->ni", design.x_slope[:, cols][k], u)
 
-        return x, quad, log_det, mean_of
-    eps = rng.standard_normal((num_samples, dx))
+        return flat, x_mapped, quad, log_det, mean_of
+    eps = rng.standard_normal((num_samples, design.x_mode.shape[1]))
     x_mean = design.x_mean[k] + np.einsum("nia,na->ni", design.x_slope[k], u)
     chol = _cholesky(design.x_cov)
     log_det = np.sum(np.log(np.diagonal(chol, axis1=1, axis2=2)), axis=1)
-    return x_mean + _by_point(k, eps, chol), np.sum(eps**2, 1), log_det, lambda cols: x_mean[:, cols]
+    x = x_mean + _by_point(k, eps, chol)
+    flat = np.empty((num_samples, layout.size))
+    _put_columns(flat, design.theta_index, theta)
+    _put_columns(flat, design.x_index, x)
+    return flat, x[:, mapped_x], np.sum(eps**2, 1), log_det, lambda cols: x_mean[:, cols]
 
 
-def _family_draws(rng: np.random.Generator, design: NestedDesign, layout, flat, x, k, mean_of) -> list:
-    """The sites drawn through each design point's matched family (quantile sites), written into
-    ``flat``: ``[(family, params, y, sd, s)]`` for their density."""
-    num_samples = flat.shape[0]
-    positions = x_positions(layout, design.theta_index)
-    var, dtype, mapped = design.x_var, jnp.result_type(float), []
-    for site, family in quantile_sites(layout, design.theta_index):
+def _family_draws(rng: np.random.Generator, design: NestedDesign, sites, positions, x_mapped, k, mean_of) -> list:
+    """The quantile ``sites`` drawn through each design point's matched family from their
+    Gaussian draws ``x_mapped`` (their columns of ``x``, in ``sites``' order): ``[(family, params, y, sd, s)]``,
+    ``y`` the draws, for the caller to write into the flat rows and for their density."""
+    num_samples = len(k)
+    var, dtype, mapped, at = design.x_var, jnp.result_type(float), [], 0
+    for site, family in sites:
         cols = positions[site.name]
         shape = (num_samples,) + site.basis_shape
         params = {n: np.asarray(v, np.float64)[k] for n, v in design.point_params[site.name].items()}
         sd = np.sqrt(var[:, cols][k]).reshape(shape)
-        s = (x[:, cols].reshape(shape) - mean_of(cols).reshape(shape)) / sd
+        x = x_mapped[:, at : at + cols.size]
+        at += cols.size
+        s = (x.reshape(shape) - mean_of(cols).reshape(shape)) / sd
         # coordinates coupled to no other (the independence copula) are drawn from the family
         # itself where it has a host sampler; the others through its quantile function
         alone = design.uncoupled[cols].reshape(site.basis_shape) & (family.host_sample is not None)
@@ -310,6 +381,5 @@ def _family_draws(rng: np.random.Generator, design: NestedDesign, layout, flat, 
             y = np.asarray(_quantile(family, params, jnp.asarray(s, dtype)), np.float64)
             if np.any(alone):
                 y = np.where(alone, family.host_sample(rng, params), y)
-        flat[:, site.offset : site.offset + site.size] = y.reshape(num_samples, -1)
         mapped.append((family, params, y, sd, s))
     return mapped
