@@ -21,8 +21,8 @@ from ..joint_fit import ROW_BUDGET, rows_at_once
 from .design import NestedDesign
 from .mixture import MixtureDraws, block_proposal, mixture_variances
 
-__all__ = ["Blocks", "find_blocks", "COLLAPSED_DRAWS", "COLLAPSED_WORK", "COLLAPSED_ROWS", "collapsed_draws",
-           "collapsed_weights", "block_shifts"]
+__all__ = ["Blocks", "find_blocks", "COLLAPSED_DRAWS", "COLLAPSED_WORK", "COLLAPSED_ROWS", "quadrature_rows",
+           "collapsed_draws", "collapsed_weights", "block_shifts"]
 
 
 class Blocks(NamedTuple):
@@ -67,6 +67,22 @@ each draw's gradients one after another (faster for the model's gradients alone)
 here: 1.05 s at N = 5 000 and 7.1 s at N = 100 000 on the Poisson random-effect benchmark,
 where these took 0.62 and 6.4 s (both measured while the quadrature still wrote its blocks
 with scatters: :func:`~numpyro_lm.marginal.quadrature.add_at`)."""
+
+
+def quadrature_rows(numbers: int, num_samples: int) -> int:
+    """Draws whose quadrature runs at once (each with its ``3 VERDICT_NODES - 2`` gradients at once):
+    as many as :data:`~numpyro_lm.approximations.joint_fit.ROW_BUDGET` holds, within
+    :data:`COLLAPSED_ROWS`, and two where it holds fewer, up to eight times the budget. One draw at
+    a time ran at a third of the speed of two on a 2-core CPU, and two draws with their gradients
+    one after another no faster than one: the verdict's 200 draws of the logistic GLMM with
+    3 10^4 groups (6 10^5 observations) took 31.4-31.9 s one at a time and 12.2-13.1 s two at a
+    time; with 10^5 groups 138-153 s one at a time, 47-55 s two at a time, and 134-140 s two at a
+    time with their gradients one after another."""
+    points = 3 * VERDICT_NODES - 2
+    rows = ROW_BUDGET // (points * numbers)
+    if rows >= 2:
+        return int(min(num_samples, COLLAPSED_ROWS, rows))
+    return int(min(num_samples, 2 if 2 * points * numbers <= 8 * ROW_BUDGET else 1))
 
 
 def collapsed_draws(info, num_diagnostic_samples: int) -> int:
@@ -127,7 +143,7 @@ def collapsed_weights(call: Callable, info, design: NestedDesign, blocks: Blocks
     points = num_samples * (3 * VERDICT_NODES - 2)
     value, log_q_globals = call(_collapsed_value, (info, rows_at_once(numbers, num_samples), ranges),
                                 arrays, float64=True, points=points)
-    rows = int(max(1, min(num_samples, COLLAPSED_ROWS, ROW_BUDGET // ((3 * VERDICT_NODES - 2) * numbers))))
+    rows = quadrature_rows(numbers, num_samples)
     narrow = tuple(np.asarray(a, dtype) if np.issubdtype(np.asarray(a).dtype, np.floating) else a for a in arrays[1:])
     quadrature = jax.device_get(call(_collapsed_quadrature, (info, rows, ranges), (flat,) + narrow, points=points))
     log_p = (np.asarray(value, np.float64) + np.asarray(quadrature.log_ratio, np.float64)
