@@ -23,7 +23,7 @@ from ..families.registry import basis_log_prob
 from ..mode.hessian import (ArrowheadHessian, DenseHessian, PlateStructure, diagonal_structure, lowrank_hessian,
                            plate_structure, structure_tol)
 from .laplace_marginal import inner_search, quadrature_correction, scalar_blocks
-from .quadrature import block_quadrature_correction
+from .quadrature import SHIFT_NODES, block_quadrature_correction
 
 __all__ = ["PointFits", "x_positions", "quantile_sites", "conditional_hessian", "conditional_fit", "point_params",
            "matched_normaliser", "mean_shift", "structured_mean_shift"]
@@ -215,7 +215,8 @@ def structured_mean_shift(neg_log_density: Callable, theta, x, curvature, hessia
 
     def correction(y):
         hess = hessian.evaluate(lambda z: neg_log_density(theta, z), y)[2]
-        return block_quadrature_correction(log_density, y, hessian.structure.local_index[:, 0], hess[0][:, 0, 0])
+        return block_quadrature_correction(log_density, y, hessian.structure.local_index[:, 0], hess[0][:, 0, 0],
+                                           num_nodes=SHIFT_NODES)
 
     # two gradients, not one pullback applied twice: a pullback runs back through both terms
     # whatever the cotangent (a zero one included), and the quadrature's is the larger part
