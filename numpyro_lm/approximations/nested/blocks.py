@@ -57,8 +57,13 @@ def find_blocks(layout, hessian, x_index, gaussian_cols) -> "Blocks | None":
 COLLAPSED_DRAWS = (200, 1000)
 """Fewest and most draws behind a verdict with the blocks integrated out: its weights live on the
 few hyperparameters and globals (a k-hat from 200 draws is judged against 0.57, from 1000 against 0.67)."""
-COLLAPSED_WORK = 20_000_000
-"""Numbers (latent and observed, times draws) the collapsed verdict evaluates, within :data:`COLLAPSED_DRAWS`."""
+COLLAPSED_WORK = 4_000_000
+"""Numbers (latent and observed, times draws) the collapsed verdict evaluates, within :data:`COLLAPSED_DRAWS`.
+Over 40 keys each, 0 of 40 verdicts untrusted with 20 10^6 and with 4 10^6: the 1000-group
+logistic GLMM of ``benchmarks/scale.py`` (952 draws: k-hat median 0.19, at most 0.25 in 6 keys,
+warm call 2.0 s; 200 draws: median 0.19, 90 % 0.44, at most 0.54 against 0.57, warm call
+0.74 s) and the 5000-point Poisson random effect of ``benchmarks/inla.py`` (1000 draws: k-hat
+at most 0.46, warm call 0.54 s; 399 draws: at most 0.39, 0.33 s)."""
 COLLAPSED_ROWS = 20
 """Draws whose quadrature runs at once (vmapped, each with its gradients at once): a 5000-group
 model's 1000 draws took 0.67-0.80 s in rows of 5-40 (4.3 s in rows of 1000 with the first,
