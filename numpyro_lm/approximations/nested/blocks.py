@@ -74,8 +74,11 @@ where these took 0.62 and 6.4 s (both measured while the quadrature still wrote 
 with scatters: :func:`~numpyro_lm.marginal.quadrature.add_at`)."""
 
 
+_SLOPES = 3 * VERDICT_NODES - 2  # the model gradients of one draw's quadrature
+
+
 def quadrature_rows(numbers: int, num_samples: int) -> int:
-    """Draws whose quadrature runs at once (each with its ``3 VERDICT_NODES - 2`` gradients at once):
+    """Draws whose quadrature runs at once (each with its 13 gradients at once):
     as many as :data:`~numpyro_lm.approximations.joint_fit.ROW_BUDGET` holds, within
     :data:`COLLAPSED_ROWS`, and two where it holds fewer, up to eight times the budget. One draw at
     a time ran at a third of the speed of two on a 2-core CPU, and two draws with their gradients
@@ -83,11 +86,10 @@ def quadrature_rows(numbers: int, num_samples: int) -> int:
     3 10^4 groups (6 10^5 observations) took 31.4-31.9 s one at a time and 12.2-13.1 s two at a
     time; with 10^5 groups 138-153 s one at a time, 47-55 s two at a time, and 134-140 s two at a
     time with their gradients one after another."""
-    points = 3 * VERDICT_NODES - 2
-    rows = ROW_BUDGET // (points * numbers)
+    rows = ROW_BUDGET // (_SLOPES * numbers)
     if rows >= 2:
         return int(min(num_samples, COLLAPSED_ROWS, rows))
-    return int(min(num_samples, 2 if 2 * points * numbers <= 8 * ROW_BUDGET else 1))
+    return int(min(num_samples, 2 if 2 * _SLOPES * numbers <= 8 * ROW_BUDGET else 1))
 
 
 def collapsed_draws(info, num_diagnostic_samples: int) -> int:
@@ -145,7 +147,7 @@ def collapsed_weights(call: Callable, info, design: NestedDesign, blocks: Blocks
     ranges = (_as_range(design.x_index[blocks.local]), _as_range(blocks.local))
     # both programs compiled as the quadrature's work asks (XLA's optimisations: the float64
     # values of 1000 draws of a 5000-group model took 0.73 s fast-compiled, 0.1 s optimised)
-    points = num_samples * (3 * VERDICT_NODES - 2)
+    points = num_samples * _SLOPES
     value, log_q_globals = call(_collapsed_value, (info, rows_at_once(numbers, num_samples), ranges),
                                 arrays, float64=True, points=points)
     rows = quadrature_rows(numbers, num_samples)
