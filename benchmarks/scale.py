@@ -30,7 +30,8 @@ the verdict suggests) with its time and the same gap; at every size the coverage
 LM's central 90 % intervals. An error is reported as such (a refused model is a result).
 
 ``python benchmarks/scale.py [case ...]`` prints the table; a run over every case writes it to
-``benchmarks/results/scale.md`` and ``docs/scale.md``, with the growth exponents of time
+``benchmarks/results/scale.md`` and ``docs/scale.md`` (on a GPU: over :data:`GPU_CASES`, to
+``scale_gpu.md`` and the page's GPU block), with the growth exponents of time
 and memory between J = 10^3 and 10^5 fitted on the GLMM rows.
 """
 
@@ -49,12 +50,14 @@ import numpyro.distributions as dist
 from numpyro.diagnostics import effective_sample_size
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from report import environment, run_table, write_results  # noqa: E402
+from report import environment, platform, run_table, write_results  # noqa: E402
 
 from numpyro_lm import LaplaceMatching  # noqa: E402
 
 CASES = ["glmm_1000", "glmm_10000", "glmm_100000", "crossed", "gp_500", "gp_2000", "gpmvn_500", "gpmvn_2000",
          "sparse"]
+GPU_CASES = ["glmm_1000", "glmm_10000", "glmm_100000"]
+"""The cases a run on a GPU takes by default (a lent machine's minutes): the GLMM's three sizes."""
 NUTS_RUNS = {"glmm_1000": (1000, 1000), "glmm_10000": (500, 500)}
 NUTS_WARM = {"glmm_1000"}
 """Cases where NUTS also runs a second time, compiled (its warm time)."""
@@ -339,7 +342,7 @@ def main(names):
     if tail:
         lines += [""] + tail
         print("\n" + "\n".join(tail), flush=True)
-    if set(names) == set(CASES):
+    if set(names) == set(CASES if platform() == "cpu" else GPU_CASES):
         write_results("scale", "\n".join(lines), "scale.md")
 
 
@@ -348,4 +351,4 @@ if __name__ == "__main__":
         jax.block_until_ready(jnp.zeros(1) + 1)  # the backend's start-up outside the timings
         print(json.dumps(assess(sys.argv[2]), default=float), flush=True)
     else:
-        main(sys.argv[1:] or CASES)
+        main(sys.argv[1:] or (CASES if platform() == "cpu" else GPU_CASES))

@@ -3,7 +3,7 @@
 For README.md and every docs/*.md page, each ratio claim (``6.8x``, ``20-160x``) and each
 distance in SDs (``0.04 SD``, ``8.4 NUTS posterior SDs``, ``0.07-0.23 NUTS SD``) in the prose
 must appear verbatim (the same digits) in ``benchmarks/results/*.md`` or in the page's own
-``<!-- benchmarks/<name>.py -->`` blocks, as a number of the same kind: a ratio written
+``<!-- benchmarks/<name>.py -->`` blocks (``... on gpu -->`` for a GPU's), as a number of the same kind: a ratio written
 ``<n>x`` or ``<n> times`` or in a table column headed ``... x`` or ``... ratio``; an SD
 written ``<n> SD`` or in a column about SDs (``sd``, ``SD``, ``gap``, ``err``), in a table
 whose caption says it is in SDs, or on a line measuring ``.../sd``. A range needs both ends.
@@ -26,7 +26,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
 RESULTS = "\n".join(p.read_text() for p in sorted((ROOT / "benchmarks" / "results").glob("*.md")))
 
-MARKERS = re.compile(r"<!-- (benchmarks/\w+\.py) -->.*?<!-- /\1 -->", re.S)
+MARKERS = re.compile(r"<!-- (benchmarks/\w+\.py(?: on \w+)?) -->.*?<!-- /\1 -->", re.S)
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 COMMENT = re.compile(r"<!--.*?-->", re.S)
 INLINE = re.compile(r"`[^`]*`")  # may span a line break
