@@ -5,7 +5,7 @@
 # Each benchmark has a time limit (seconds: INLA_SECONDS, SCALE_SECONDS) so that one
 # lease holds both; a benchmark cut short still leaves the rows it printed in its log.
 # Here, afterwards: `python benchmarks/report.py inla_gpu scale.md` (and scale_gpu) puts
-# the fetched tables into docs/scale.md.
+# the fetched tables into docs/scale.md. INLA_NUTS_MAX=5000 keeps NUTS to the smallest size.
 set -u
 export PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false
 out=${OUT:-/tmp}

@@ -17,7 +17,6 @@ import os
 import sys
 import time
 
-import arviz as az
 import jax
 import numpy as np
 import numpyro
@@ -69,6 +68,8 @@ def worst_ess_rhat(draws: dict) -> tuple:
     """Worst bulk ESS and R-hat over all coordinates with spread (``draws``: (chain, draw, ...))."""
     flat = {k: v.reshape(v.shape[0], v.shape[1], -1) for k, v in draws.items()}
     flat = {k: v[:, :, np.std(v, axis=(0, 1)) > 0] for k, v in flat.items()}  # e.g. L[0, 0] == 1
+    import arviz as az  # here: the GPU machine's python has no arviz, and inla.py needs none
+
     data = az.convert_to_dataset({k: v for k, v in flat.items() if v.shape[-1]})
     ess = min(float(np.min(a)) for a in az.ess(data, method="bulk").data_vars.values())
     rhat = max(float(np.max(a)) for a in az.rhat(data).data_vars.values())

@@ -49,6 +49,7 @@ from ..mode.laplace_state import laplace
 from ..runtime.random import log_gamma, normal_rows
 from .bases import SymmetricMatrixExpTransform, SymmetricMatrixSquareTransform
 from .registry import MatchedFamily, register_family, register_prior_family
+from ..runtime.precision import precise_jit
 
 __all__ = [
     "wishart_logm",
@@ -289,8 +290,8 @@ def _family(name, basis, transform, exact, from_gaussian, distribution, kind):
             event_dim=1,
             # jitted: the Newton loop and the autodiff Hessians compile once per shape
             # (no compiler_options: JAX allows them on top-level jits only)
-            from_gaussian=jax.jit(from_gaussian),
-            to_gaussian=jax.jit(_batched(exact)),
+            from_gaussian=precise_jit(from_gaussian),
+            to_gaussian=precise_jit(_batched(exact)),
             distribution=distribution,
             copula="independent",
             sample_basis=sample_basis,

@@ -23,6 +23,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
+from .precision import precise_jit
 from .static_data import StaticArray
 
 __all__ = [
@@ -177,9 +178,10 @@ def shape_key(arrays) -> tuple:
 
 @functools.lru_cache(maxsize=None)
 def _compiled(options: Optional[tuple], num_static: int) -> Callable:
-    """``jax.jit`` of :func:`_call` with these XLA options (one wrapper per option set)."""
+    """``jax.jit`` of :func:`_call` with these XLA options (one wrapper per option set), its
+    matrix products in full float32 (:mod:`.precision`)."""
     opts = None if options is None else usable_compiler_options(dict(options))
-    return jax.jit(_call, static_argnums=tuple(range(6 + num_static)), compiler_options=opts)
+    return precise_jit(_call, static_argnums=tuple(range(6 + num_static)), compiler_options=opts)
 
 
 def _call(fn, key, axes, mesh, vectorized, num_static, *rest):

@@ -72,6 +72,7 @@ from ..marginal.laplace_marginal import INNER_CURVATURES, QUADRATURE_BATCH_MAX, 
 from ..marginal.quadrature import SLOPE_POINTS
 from ..mode.hessian import DenseHessian, structure_tol
 from ..mode.newton import default_tol
+from ..runtime.precision import precise_jit
 from ..runtime.static_data import static_where_needed
 from .tilted_nuts import (MarginalTarget, chain_keys, chain_state, default_marginalized, potential_energy, sample_chain,
                           split_coordinates)
@@ -227,11 +228,11 @@ class LaplaceNUTS(MCMCKernel):
         # programs (benchmarks/laplace_nuts.py measures the GLMM of 1000 groups)
         target = self._target
         self._programs = dict(
-            potential=jax.jit(lambda phi, theta_start, tilt: potential_energy(
+            potential=precise_jit(lambda phi, theta_start, tilt: potential_energy(
                 target, phi, theta_start, corrected=not target.delayed) - jnp.dot(tilt, phi)),
-            first_mode=jax.jit(lambda phi, theta: mode_search(target.log_density, phi, theta, target.tol(phi.dtype),
+            first_mode=precise_jit(lambda phi, theta: mode_search(target.log_density, phi, theta, target.tol(phi.dtype),
                                                               10 * target.max_iter, target.hessian)[:2]),
-            state=jax.jit(partial(chain_state, target)),
+            state=precise_jit(partial(chain_state, target)),
         )
         potential = self._programs["potential"]
         self._kernels = hmc(potential_fn_gen=lambda theta_start, tilt: partial(potential, theta_start=theta_start,
@@ -311,7 +312,7 @@ class LaplaceNUTS(MCMCKernel):
         hessian = target.hessian
         if not hessian.check:
             return hessian  # dense, or checked already (a second run or chain)
-        error = float(jax.jit(lambda p, t: hessian.evaluate(lambda x: -target.log_density(x, p), t)[3])(phi, theta))
+        error = float(precise_jit(lambda p, t: hessian.evaluate(lambda x: -target.log_density(x, p), t)[3])(phi, theta))
         if error <= structure_tol(theta.dtype):
             return hessian._replace(check=False)
         if self.curvature == "auto":

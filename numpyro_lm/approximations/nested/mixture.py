@@ -17,6 +17,7 @@ from ...marginal.conditional import quantile_sites, x_positions
 from ...runtime.programs import BATCH_COMPILE, program
 from ..joint_fit import rows_at_once
 from .design import NestedDesign, cell_draws, cell_moments
+from ...runtime.precision import precise_jit
 
 __all__ = ["mixture_moments", "mixture_variances", "mixture_block", "MixtureDraws", "draw", "block_proposal"]
 
@@ -53,7 +54,7 @@ def mixture_variances(design: NestedDesign, size: int):
     return mean, var
 
 
-@jax.jit
+@precise_jit
 def _curvature_block(curvature, cols):
     return curvature.block(cols)
 
@@ -99,7 +100,7 @@ def _quantile(family, params, s):
     return family.basis_quantile(params, ndtr(s))
 
 
-@partial(jax.jit, static_argnums=0)
+@partial(precise_jit, static_argnums=0)
 def _log_prob(family, params, y):
     return basis_log_prob(family, params, y)
 

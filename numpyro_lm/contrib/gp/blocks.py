@@ -52,6 +52,7 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 
 from .pseudo import PseudoObservations
 from .regression import KernelParams, latent_predictive, maximise_by_adam, rbf_kernel, start_lengthscales
+from ...runtime.precision import precise_jit
 
 __all__ = ["default_block_params", "joint_covariance", "observation_covariance", "block_log_marginal_likelihood",
            "diagonal_log_marginal_likelihood", "SEARCHES", "default_search", "output_kernel_matrix",
@@ -180,7 +181,7 @@ def predictive(params: KernelParams, pseudo: PseudoObservations, test_inputs, *,
     return latent_predictive(params, pseudo, test_inputs, kernel)
 
 
-@partial(jax.jit, static_argnums=(4,))
+@partial(precise_jit, static_argnums=(4,))
 def _predict(params, data, output_kernel, test, kernel):
     inputs, mean, noise = data
     m, d = mean.shape

@@ -56,6 +56,7 @@ import numpy as np
 
 from ...families import get_family
 from ...families.bases import SymmetricMatrixExpTransform
+from ...runtime.precision import precise_jit
 
 __all__ = ["DATA_KINDS", "BLOCK_KINDS", "EPS", "PseudoObservations", "pseudo_observations", "group_labels",
            "covariance_log_likelihood"]
@@ -155,7 +156,7 @@ def covariance_log_likelihood(count, scale, r):
     return -0.5 * count * jnp.linalg.slogdet(sigma)[1] - 0.5 * jnp.trace(jnp.linalg.solve(sigma, scale))
 
 
-@jax.jit
+@precise_jit
 def _covariance_likelihood_gaussian(count, scale):
     """Mean and noise of :func:`covariance_log_likelihood`'s Laplace approximation at its mode."""
     def one(n, psi):

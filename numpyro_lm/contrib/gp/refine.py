@@ -45,6 +45,7 @@ from numpyro.distributions.transforms import ZeroSumTransform
 from .blocks import observation_covariance, output_kernel_matrix
 from .pseudo import PseudoObservations, covariance_log_likelihood
 from .regression import KernelParams, rbf_kernel
+from ...runtime.precision import precise_jit
 
 __all__ = ["site_log_likelihood", "relinearised_sites", "posterior_mean_at_groups", "relinearise"]
 
@@ -87,7 +88,7 @@ def posterior_mean_at_groups(kernel_params: KernelParams, inputs, mean, noise, o
     return mean - jnp.einsum("gab,gb->ga", noise, alpha)
 
 
-@partial(jax.jit, static_argnums=(0, 1, 2))
+@partial(precise_jit, static_argnums=(0, 1, 2))
 def _newton(kind, kernel, num_steps, params, kernel_params, inputs, mean, noise, output_kernel):
     def step(carry, _):
         mean, noise, f = carry

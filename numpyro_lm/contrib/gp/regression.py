@@ -28,6 +28,7 @@ import tinygp
 
 from ...families import get_family
 from .pseudo import DATA_KINDS, PseudoObservations
+from ...runtime.precision import precise_jit
 
 __all__ = ["KernelParams", "default_params", "start_lengthscales", "rbf_kernel", "gaussian_process", "log_marginal_likelihood",
            "fit_hyperparameters", "maximise_by_adam", "latent_predictive", "matched_predictive"]
@@ -95,7 +96,7 @@ def fit_hyperparameters(pseudo: PseudoObservations, init: KernelParams | None = 
     return maximise_by_adam(log_marginal_likelihood, init, data, kernel, num_steps, learning_rate)
 
 
-@partial(jax.jit, static_argnums=(0, 3, 4, 5))
+@partial(precise_jit, static_argnums=(0, 3, 4, 5))
 def maximise_by_adam(objective: Callable, init: KernelParams, data: tuple, kernel: Callable, num_steps: int,
                      learning_rate: float):
     """``(params, objective per step)``: ``num_steps`` Adam steps on ``-objective(params, *data, kernel)``

@@ -45,6 +45,7 @@ from ...families.laplace_bridge import dirichlet_from_zero_sum_gaussian
 from ...families.quantiles import beta_logit_quantile
 from ...mode.derivatives import hvp_operator
 from .model import Network, as_arrays, check_network, default_masks, init_shapes, log_joint, node_log_density
+from ...runtime.precision import precise_jit
 
 __all__ = ["PIHAMFit", "Memberships", "fit_piham", "memberships", "logistic_normal_intervals", "COVARIANCES",
            "INTERVALS", "JOINT_LIMIT"]
@@ -103,7 +104,7 @@ def _map_program(network, edge_mask, attribute_mask, shapes, directed, noise_sca
         (params, _), _ = jax.lax.scan(step, (params, optimiser.init(params)), None, length=num_steps)
         return params, -objective(params)
 
-    return jax.jit(jax.vmap(one_start))
+    return precise_jit(jax.vmap(one_start))
 
 
 def _node_blocks(params, network, edge_mask, attribute_mask, site, directed, noise_scale):
@@ -112,10 +113,10 @@ def _node_blocks(params, network, edge_mask, attribute_mask, site, directed, noi
         return -jax.hessian(node_log_density)(row, i, params, network, edge_mask, attribute_mask, site=site,
                                               directed=directed, noise_scale=noise_scale)
 
-    return jax.jit(jax.vmap(block))(params[site], jnp.arange(params[site].shape[0]))
+    return precise_jit(jax.vmap(block))(params[site], jnp.arange(params[site].shape[0]))
 
 
-@jax.jit
+@precise_jit
 def _block_covariances(precision):
     """The inverse of each ``(K, K)`` block of ``precision (N, K, K)`` through its Cholesky factor."""
     return jax.vmap(lambda p: covariance(CholeskyCurvature.from_precision(p)))(precision)
@@ -133,7 +134,7 @@ def _joint_covariances(params, network, edge_mask, attribute_mask, sites, direct
     def negative_log_joint(x):
         return -log_joint(unravel(x), network, edge_mask, attribute_mask, directed=directed, noise_scale=noise_scale)
 
-    @jax.jit
+    @precise_jit
     def joint_covariance(x):
         columns = jax.lax.map(hvp_operator(negative_log_joint, x), jnp.eye(x.shape[0], dtype=x.dtype), batch_size=64)
         curvature = CholeskyCurvature.from_precision(columns)

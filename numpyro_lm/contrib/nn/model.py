@@ -16,6 +16,7 @@ import jax.numpy as jnp
 
 from .last_layer import STRUCTURES, LastLayerPosterior, fit_last_layer, logit_gaussian
 from .predictive import PREDICTIVES, ClassPredictive, class_probabilities
+from ...runtime.precision import precise_jit
 
 __all__ = ["LastLayerLaplace"]
 
@@ -40,7 +41,7 @@ class LastLayerLaplace:
         self.feature_fn, self.weight, self.bias = feature_fn, weight, bias
         self.structure, self.prior_precision = structure, prior_precision
         self.posterior: Optional[LastLayerPosterior] = None
-        self._logits = jax.jit(lambda posterior, x: logit_gaussian(posterior, self.feature_fn(x)))
+        self._logits = precise_jit(lambda posterior, x: logit_gaussian(posterior, self.feature_fn(x)))
 
     def fit(self, x, y) -> "LastLayerLaplace":
         """The last layer's posterior given training inputs ``x`` and integer labels ``y``."""
