@@ -407,17 +407,18 @@ def test_flat_runs_assemble_rows_as_index_arrays_place_them():
     np.testing.assert_array_equal(np.concatenate([(theta, x)[s][a:b] for s, a, b in runs]), expected)
 
 
-def test_the_verdicts_quadrature_takes_two_draws_at_once_where_the_budget_holds_fewer():
+def test_the_verdicts_quadrature_takes_what_the_caches_hold_and_at_least_two_draws():
     from numpyro_lm.approximations.joint_fit import ROW_BUDGET
-    from numpyro_lm.approximations.nested.blocks import COLLAPSED_ROWS, quadrature_rows
+    from numpyro_lm.approximations.nested.blocks import COLLAPSED_ROWS, QUADRATURE_NUMBERS, quadrature_rows
     from numpyro_lm.marginal.collapsed import VERDICT_NODES
 
     points = 3 * VERDICT_NODES - 2  # gradients per draw
-    assert quadrature_rows(10_000, 200) == COLLAPSED_ROWS  # a small model: as many as allowed
-    assert quadrature_rows(ROW_BUDGET // (3 * points), 200) == 3  # the budget's own count
-    assert quadrature_rows(ROW_BUDGET // (3 * points), 2) == 2  # never more than the draws
+    assert quadrature_rows(1_000, 200) == COLLAPSED_ROWS  # a small model: as many as allowed
+    assert quadrature_rows(QUADRATURE_NUMBERS // (3 * points), 200) == 3  # the budget's own count
+    assert quadrature_rows(QUADRATURE_NUMBERS // (3 * points), 2) == 2  # never more than the draws
+    assert quadrature_rows(10_000, 200) == 8  # the Poisson random effect at N = 5 000
     assert quadrature_rows(2_100_000, 200) == 2  # the 10^5-group GLMM: two, past the budget
-    assert quadrature_rows(4 * ROW_BUDGET // points + 1, 200) == 1  # past eight budgets: one
+    assert quadrature_rows(4 * ROW_BUDGET // points + 1, 200) == 1  # past eight row budgets: one
     assert quadrature_rows(2_100_000, 1) == 1
 
 

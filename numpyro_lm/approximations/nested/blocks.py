@@ -21,7 +21,7 @@ from ..joint_fit import ROW_BUDGET, rows_at_once
 from .design import NestedDesign
 from .mixture import MixtureDraws, block_proposal, mixture_variances
 
-__all__ = ["Blocks", "find_blocks", "COLLAPSED_DRAWS", "COLLAPSED_WORK", "COLLAPSED_ROWS", "quadrature_rows",
+__all__ = ["Blocks", "find_blocks", "COLLAPSED_DRAWS", "COLLAPSED_WORK", "COLLAPSED_ROWS", "QUADRATURE_NUMBERS", "quadrature_rows",
            "collapsed_draws", "collapsed_weights", "block_shifts"]
 
 
@@ -65,13 +65,15 @@ warm call 2.0 s; 200 draws: median 0.19, 90 % 0.44, at most 0.54 against 0.57, w
 0.74 s) and the 5000-point Poisson random effect of ``benchmarks/inla.py`` (1000 draws: k-hat
 at most 0.46, warm call 0.54 s; 399 draws: at most 0.39, 0.33 s)."""
 COLLAPSED_ROWS = 20
-"""Draws whose quadrature runs at once (vmapped, each with its gradients at once): a 5000-group
-model's 1000 draws took 0.67-0.80 s in rows of 5-40 (4.3 s in rows of 1000 with the first,
-float64 version). Rows of :func:`~numpyro_lm.approximations.joint_fit.rows_at_once`'s size with
-each draw's gradients one after another (faster for the model's gradients alone) were slower
-here: 1.05 s at N = 5 000 and 7.1 s at N = 100 000 on the Poisson random-effect benchmark,
-where these took 0.62 and 6.4 s (both measured while the quadrature still wrote its blocks
-with scatters: :func:`~numpyro_lm.marginal.quadrature.add_at`)."""
+"""Most draws whose quadrature runs at once (vmapped, each with its gradients at once)."""
+QUADRATURE_NUMBERS = 2**20
+"""Numbers (the model's latent and observed numbers, times the draws' gradients) the verdict's
+quadrature evaluates at once (:func:`quadrature_rows`): what a 2-core CPU's caches hold. Its
+200 draws, each arm alone in one process (s; rows of 2 / 6 / 20 draws): the Poisson random
+effect of ``benchmarks/inla.py`` at N = 5 000 0.136 / 0.069 / 0.065, at N = 25 000 0.274 /
+0.234 / 0.352, at N = 100 000 (1, 2, 6 draws) 2.14 / 1.09 / 1.55; the logistic GLMM of
+``benchmarks/scale.py`` with 1000 groups 0.214 / 0.279 / 0.350, with 10^4 groups (1, 2, 6, 12)
+10.3 / 4.20 / 4.13 / 4.26. Those take 8, 2, 2, 3 and 2 draws at once here."""
 
 
 _SLOPES = 3 * VERDICT_NODES - 2  # the model gradients of one draw's quadrature
@@ -79,17 +81,15 @@ _SLOPES = 3 * VERDICT_NODES - 2  # the model gradients of one draw's quadrature
 
 def quadrature_rows(numbers: int, num_samples: int) -> int:
     """Draws whose quadrature runs at once (each with its 13 gradients at once):
-    as many as :data:`~numpyro_lm.approximations.joint_fit.ROW_BUDGET` holds, within
-    :data:`COLLAPSED_ROWS`, and two where it holds fewer, up to eight times the budget. One draw at
-    a time ran at a third of the speed of two on a 2-core CPU, and two draws with their gradients
-    one after another no faster than one: the verdict's 200 draws of the logistic GLMM with
-    3 10^4 groups (6 10^5 observations) took 31.4-31.9 s one at a time and 12.2-13.1 s two at a
-    time; with 10^5 groups 138-153 s one at a time, 47-55 s two at a time, and 134-140 s two at a
-    time with their gradients one after another."""
-    rows = ROW_BUDGET // (_SLOPES * numbers)
-    if rows >= 2:
-        return int(min(num_samples, COLLAPSED_ROWS, rows))
-    return int(min(num_samples, 2 if 2 * _SLOPES * numbers <= 8 * ROW_BUDGET else 1))
+    :data:`QUADRATURE_NUMBERS` over a draw's, within :data:`COLLAPSED_ROWS`, and at least two
+    (one at a time ran at half to a third of the speed of two: the measurements above) unless two
+    exceed eight times :data:`~numpyro_lm.approximations.joint_fit.ROW_BUDGET`'s memory.
+    The 10^5-group GLMM (2.1 10^6 numbers) takes two: its verdict's 200 draws took 138-153 s one
+    at a time, 47-55 s two at a time, and 134-140 s two at a time with their gradients one after
+    another."""
+    if 2 * _SLOPES * numbers > 8 * ROW_BUDGET:
+        return 1
+    return int(min(num_samples, COLLAPSED_ROWS, max(2, QUADRATURE_NUMBERS // (_SLOPES * numbers))))
 
 
 def collapsed_draws(info, num_diagnostic_samples: int) -> int:
