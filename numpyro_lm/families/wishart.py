@@ -46,10 +46,10 @@ from numpyro.distributions.util import matrix_to_tril_vec, vec_to_tril_matrix
 
 from ..curvature import covariance
 from ..mode.laplace_state import laplace
+from ..runtime.precision import precise_jit
 from ..runtime.random import log_gamma, normal_rows
 from .bases import SymmetricMatrixExpTransform, SymmetricMatrixSquareTransform
 from .registry import MatchedFamily, register_family, register_prior_family
-from ..runtime.precision import precise_jit
 
 __all__ = [
     "wishart_logm",

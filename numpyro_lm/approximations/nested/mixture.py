@@ -14,10 +14,10 @@ from jax.scipy.special import ndtr
 from ...curvature.arrowhead import ArrowheadCurvature, placement
 from ...families.registry import basis_log_prob
 from ...marginal.conditional import quantile_sites, x_positions
+from ...runtime.precision import precise_jit
 from ...runtime.programs import BATCH_COMPILE, program
 from ..joint_fit import rows_at_once
 from .design import NestedDesign, cell_draws, cell_moments
-from ...runtime.precision import precise_jit
 
 __all__ = ["mixture_moments", "mixture_variances", "mixture_block", "MixtureDraws", "draw", "block_proposal"]
 

@@ -27,8 +27,8 @@ import optax
 import tinygp
 
 from ...families import get_family
-from .pseudo import DATA_KINDS, PseudoObservations
 from ...runtime.precision import precise_jit
+from .pseudo import DATA_KINDS, PseudoObservations
 
 __all__ = ["KernelParams", "default_params", "start_lengthscales", "rbf_kernel", "gaussian_process", "log_marginal_likelihood",
            "fit_hyperparameters", "maximise_by_adam", "latent_predictive", "matched_predictive"]

@@ -44,8 +44,8 @@ from ...curvature.linalg import eigh
 from ...families.laplace_bridge import dirichlet_from_zero_sum_gaussian
 from ...families.quantiles import beta_logit_quantile
 from ...mode.derivatives import hvp_operator
-from .model import Network, as_arrays, check_network, default_masks, init_shapes, log_joint, node_log_density
 from ...runtime.precision import precise_jit
+from .model import Network, as_arrays, check_network, default_masks, init_shapes, log_joint, node_log_density
 
 __all__ = ["PIHAMFit", "Memberships", "fit_piham", "memberships", "logistic_normal_intervals", "COVARIANCES",
            "INTERVALS", "JOINT_LIMIT"]
