@@ -7,6 +7,7 @@ from functools import partial
 from typing import Callable, NamedTuple
 
 import jax
+import jax.extend.random
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import ndtr
@@ -146,8 +147,8 @@ def _by_point(k, eps, chol):
     return out
 
 
-DRAWS_PRNG = "rbg"
-"""JAX's generator behind the structured draws' normals: ``"rbg"`` (XLA's RngBitGenerator for the
+DRAWS_PRNG = jax.extend.random.rbg_prng_impl
+"""JAX's generator behind the structured draws' normals: ``rbg`` (XLA's RngBitGenerator for the
 bits, threefry for ``fold_in``) where JAX's default is threefry; 10^8 float32 normals in rows of
 64: 1.08 s where threefry took 1.34 s (2 cores)."""
 
@@ -221,8 +222,7 @@ def _structured_draws(rng: np.random.Generator, design: NestedDesign, theta, k, 
     At 10^5 coordinates and 1000 draws: 5.3 s with host normals and the arrowhead's scatter per
     draw, 3.3 s with both gone, of which 1.8-1.9 s are the 10^8 normals alone."""
     dtype = jnp.result_type(float)
-    key = rng.integers(0, 2**32, size=jax.random.key_data(jax.random.key(0, impl=DRAWS_PRNG)).shape,
-                       dtype=np.uint32)  # the device's stream, from the host's
+    key = rng.integers(0, 2**32, size=DRAWS_PRNG.key_shape, dtype=np.uint32)  # the device's stream, from the host's
     rows = min(NOISE_ROWS, rows_at_once(design.x_mode.shape[1], len(k)))
     runs = flat_runs(design.theta_index, design.x_index)
     indices = _fixed_indices(design.x_curvature)
