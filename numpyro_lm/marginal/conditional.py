@@ -23,7 +23,7 @@ from ..families.registry import basis_log_prob
 from ..mode.hessian import (ArrowheadHessian, DenseHessian, PlateStructure, diagonal_structure, lowrank_hessian,
                            plate_structure, structure_tol)
 from .laplace_marginal import inner_search, quadrature_correction, scalar_blocks
-from .quadrature import SHIFT_NODES, block_quadrature_correction
+from .quadrature import SHIFT_NODES, add_at, as_slice, block_quadrature_correction
 
 __all__ = ["PointFits", "x_positions", "quantile_sites", "conditional_hessian", "conditional_fit", "point_params",
            "matched_normaliser", "mean_shift", "structured_mean_shift"]
@@ -187,6 +187,17 @@ def mean_shift(neg_log_density: Callable, theta, x, curvature):
     return jnp.where(jnp.all(jnp.isfinite(shift)), shift, 0.0)
 
 
+COLLAPSED_STEPS = 3
+"""Further quasi-Newton steps of the globals towards the collapsed density's mode at most
+(:func:`structured_mean_shift`): each leaves the fraction of the last that the Schur complement
+misses of the collapsed density's curvature (about 2 % on a binary GLMM with 20 observations a
+group), so one more step serves every model measured; the third is a guard."""
+COLLAPSED_STEP_TOL = 1.5
+"""A globals' step under this many conditional SDs is the last one, taken without a refit: at
+the fractions measured (2-6 % of a step missed) it leaves under 0.09 SD, and the refit and the
+next slope cost twice the first step."""
+
+
 def structured_mean_shift(neg_log_density: Callable, theta, x, curvature, hessian, with_gain: bool = False):
     r""":func:`mean_shift` for a structured curvature: the same correction
     :math:`\delta = -\tfrac12 \Sigma\, \nabla_x \log\det H(x^*)` with the gradient of the
@@ -194,43 +205,27 @@ def structured_mean_shift(neg_log_density: Callable, theta, x, curvature, hessia
     Hessian (its ``b + G + 1`` Hessian-vector products and block factorisation: third
     derivatives of the model for a few gradients' cost) instead of ``2 D`` sigma points.
 
-    With scalar local blocks the Laplace marginal carries the blocks' Gauss-Hermite correction
-    :math:`C` (:mod:`numpyro_lm.marginal.quadrature`), which depends on the globals: their mean
-    moves by :math:`(\Sigma \nabla C)_G` (the total derivative of :math:`C` along the local
-    modes :math:`\hat z(\beta)`, as :math:`(H^{-1})_{GL} = -S^{-1}B^\top A^{-1}` gives it),
-    and the local means follow them, :math:`-U\,\delta_G`. With ``with_gain`` it also returns
-    what the move adds to the Laplace marginal: the globals' integrand is
-    :math:`\exp(F(\beta))` with :math:`F = \log p(\beta, \hat z(\beta)) + c(\beta)`,
-    :math:`c = -\tfrac12\log\det H + C`, whose mode lies :math:`\delta_G = S^{-1} t` from the
-    joint one (:math:`t` the total derivative of :math:`c`, :math:`S` the Schur complement),
-    higher by :math:`\tfrac12 t^\top S^{-1} t`. Over the blocks it sums to several nats that
-    change with the hyperparameters (a logistic GLMM's slope moves by more than one SD): left
-    out, it put a 10^3-group GLMM's scale 0.07 SD low."""
-
-    def log_density(z):
-        return -neg_log_density(theta, z)
-
+    With scalar local blocks the globals :math:`\beta` move to the mode of their collapsed
+    density (:func:`_collapsed_mode`): the blocks integrated out by Laplace with the blocks'
+    Gauss-Hermite correction :math:`C` (:mod:`numpyro_lm.marginal.quadrature`), and the local
+    means follow them, :math:`-U\,\delta_G` (:math:`(H^{-1})_{GL} = -S^{-1}B^\top A^{-1}`).
+    With ``with_gain`` it also returns what the move adds to the Laplace marginal: the
+    collapsed density's rise from the joint mode to its own. Over the blocks it sums to several
+    nats that change with the hyperparameters (a logistic GLMM's slope moves by more than one
+    SD): left out, it put a 10^3-group GLMM's scale 0.07 SD low."""
     def logdet(y):
         return hessian.curvature(hessian.evaluate(lambda z: neg_log_density(theta, z), y)[2]).logdet()
 
-    def correction(y):
-        hess = hessian.evaluate(lambda z: neg_log_density(theta, z), y)[2]
-        return block_quadrature_correction(log_density, y, hessian.structure.local_index[:, 0], hess[0][:, 0, 0],
-                                           num_nodes=SHIFT_NODES)
-
-    # two gradients, not one pullback applied twice: a pullback runs back through both terms
-    # whatever the cotangent (a zero one included), and the quadrature's is the larger part
-    g_logdet = jax.grad(logdet)(x)
-    shift = -0.5 * curvature.solve(g_logdet)
     gain = jnp.zeros((), x.dtype)
     if scalar_blocks(hessian):
-        glob, local = hessian.structure.global_index, hessian.structure.local_index[:, 0]
-        g_corr = jax.grad(correction)(x)
-        moved = curvature.solve(g_corr)[glob]
-        shift = shift.at[glob].add(moved).at[local].add(-(curvature.u[:, 0, :] @ moved))
-        v = -0.5 * g_logdet + g_corr
-        total = v[glob] - curvature.u[:, 0, :].T @ v[local]
-        gain = 0.5 * jnp.dot(total, shift[glob])
+        # a local coordinate keeps its own skewness correction, -A^-1 (grad log det H)_L / 2; the
+        # globals' move to their collapsed mode (and the locals' response) replaces the rest
+        sd = jnp.sqrt(curvature.variance()[hessian.structure.global_index])
+        gain, end, g_logdet = _collapsed_mode(neg_log_density, theta, x, hessian, logdet, sd)
+        local = as_slice(hessian.structure.local_index[:, 0])
+        shift = add_at(end - x, local, -0.5 * g_logdet[local] / curvature.a[:, 0, 0])
+    else:
+        shift = -0.5 * curvature.solve(jax.grad(logdet)(x))
     # a local coordinate's shift is its own skewness correction, a fraction of its SD (clipped
     # there against a wild third derivative); a global's sums every block's contribution and
     # grows like sqrt(J) in posterior SDs (a 10^3-group logistic GLMM's slope moves by 1.4 SD)
@@ -241,6 +236,66 @@ def structured_mean_shift(neg_log_density: Callable, theta, x, curvature, hessia
     if with_gain:
         return jnp.where(finite, shift, 0.0), jnp.where(finite, gain, 0.0)
     return jnp.where(finite, shift, 0.0)
+
+
+def _collapsed_mode(neg_log_density: Callable, theta, x, hessian, logdet: Callable, sd):
+    r"""``(gain, end point, gradient of log det H at x)``: the globals' quasi-Newton steps to
+    the mode of their collapsed density from the joint conditional mode ``x`` (``sd``: the
+    globals' conditional SDs there).
+
+    With the blocks integrated out the globals' integrand is :math:`e^{F(\beta)}`,
+    :math:`F = \log p(\beta, \hat z(\beta)) + c(\beta)`, :math:`c = -\tfrac12\log\det H + C`
+    (:math:`\hat z(\beta)` the blocks' conditional modes). Its slope along
+    :math:`\hat z(\beta)` is :math:`t = v_G - U^\top v_L`, :math:`v = \nabla\log p + \nabla c`
+    (zero in the first term at the joint mode), and each step is :math:`\delta = S^{-1} t`,
+    :math:`S` the Schur complement: Newton's step but for the curvature of :math:`c`, which
+    grows with the blocks as :math:`S` does (on a binary GLMM with 20 observations a group the
+    first step falls 2 % short: 0.09 posterior SD at 10^4 groups, 0.3 at 10^5). After a step
+    of more than :data:`COLLAPSED_STEP_TOL` SD the blocks are refitted at the moved globals
+    (two Newton steps on each block from the linear prediction :math:`\hat z - U\delta`) and
+    the next step taken from there, at most :data:`COLLAPSED_STEPS` more. The gain,
+    :math:`F` at the end less :math:`F(\beta^*)`, by the trapezoid rule along the steps,
+    :math:`\sum_k \tfrac12 (t_k + t_{k+1})^\top\delta_k` (the last :math:`t` taken as 0):
+    exact for a quadratic :math:`F`; on that GLMM at 10^4 groups 0.05 nats from the exact rise
+    of 14.4, where the one-step :math:`\tfrac12 t^\top S^{-1} t` is 0.23 short."""
+    glob, local = hessian.structure.global_index, as_slice(hessian.structure.local_index[:, 0])
+
+    def log_density(z):
+        return -neg_log_density(theta, z)
+
+    def correction(z):
+        hess = hessian.evaluate(lambda w: neg_log_density(theta, w), z)[2]
+        return block_quadrature_correction(log_density, z, local, hess[0][:, 0, 0], num_nodes=SHIFT_NODES)
+
+    def refit(y):  # the blocks' conditional modes at the moved globals: Newton, block by block
+        ones = add_at(jnp.zeros_like(y), local, jnp.ones(x[local].shape, x.dtype))
+        for _ in range(2):
+            g, hv = jax.jvp(jax.grad(log_density), (y,), (ones,))
+            y = add_at(y, local, jnp.where(hv[local] < 0, -g[local] / hv[local], 0.0))
+        return y
+
+    def going(state):
+        k, _, _, d, _, _ = state
+        far = jnp.max(jnp.abs(d[glob]) / sd) > COLLAPSED_STEP_TOL
+        return (k == 0) | ((k <= COLLAPSED_STEPS) & far & jnp.all(jnp.isfinite(d)))
+
+    def next_point(state):  # traced once: the slope's reverse passes are most of the program
+        k, y, t, d, gain, g_first = state
+        y = jax.lax.cond(k > 0, lambda: refit(y + d), lambda: y)
+        curv = hessian.curvature(hessian.evaluate(lambda z: neg_log_density(theta, z), y)[2])
+        # two gradients, not one pullback applied twice: a pullback runs back through both terms
+        # whatever the cotangent (a zero one included), and the quadrature's is the larger part
+        g_logdet = jax.grad(logdet)(y)
+        v = jax.grad(log_density)(y) - 0.5 * g_logdet + jax.grad(correction)(y)
+        t_new = v[glob] - curv.u[:, 0, :].T @ v[local]
+        step = curv.solve(jnp.zeros_like(x).at[glob].set(t_new))  # S^-1 t on the globals, -U S^-1 t
+        gain = gain + 0.5 * jnp.dot(t + t_new, d[glob])
+        return k + 1, y, t_new, step, gain, jnp.where(k == 0, g_logdet, g_first)
+
+    zeros = jnp.zeros(glob.shape, x.dtype)
+    start = (jnp.zeros((), jnp.int32), x, zeros, jnp.zeros_like(x), jnp.zeros((), x.dtype), jnp.zeros_like(x))
+    _, y, t, d, gain, g_first = jax.lax.while_loop(going, next_point, start)
+    return gain + 0.5 * jnp.dot(t, d[glob]), y + d, g_first
 
 
 def quantile_sites(layout, hyper_index):

@@ -1,0 +1,68 @@
+"""The inner step's mean shift of the globals (numpyro_lm/marginal/conditional.py) against the
+exact collapsed density of a binary random-intercept model."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+from scipy import optimize, special
+
+
+def binary_glmm(group, num_groups, y=None):
+    beta = numpyro.sample("beta", dist.Normal(0.0, 1.0))
+    sigma = numpyro.sample("sigma", dist.HalfNormal(2.0))
+    with numpyro.plate("groups", num_groups):
+        z = numpyro.sample("z", dist.Normal(0.0, 1.0))
+    with numpyro.plate("obs", group.size):
+        numpyro.sample("y", dist.Bernoulli(logits=beta + sigma * z[group]), obs=y)
+
+
+def _collapsed_log_density(beta, sigma, y):
+    """log p(beta) + sum_j log int prod_i p(y_ji | beta + sigma z) N(z) dz: 80 Gauss-Hermite nodes
+    on each group's smooth integrand (exact to rounding for four binary observations)."""
+    nodes, weights = np.polynomial.hermite_e.hermegauss(80)
+    eta = beta + sigma * nodes  # (node,)
+    ones = y.sum(1)[:, None]
+    log_lik = ones * eta - y.shape[1] * np.logaddexp(0.0, eta)[None, :]  # (group, node)
+    per_group = special.logsumexp(log_lik + np.log(weights / np.sqrt(2 * np.pi)), axis=1)
+    return float(np.sum(per_group) - 0.5 * beta**2)
+
+
+def test_the_globals_reach_the_mode_of_their_collapsed_density(x64):
+    """At sigma = 1.5, 2000 groups of four binary observations: the joint mode's intercept is
+    1.99 SD from the collapsed density's mode and the one Newton step with the Schur complement
+    stops 0.114 SD short (measured with an exact collapsed density); the further steps land
+    within 0.004 SD (measured), and the collapsed density's rise, 1.991 nats, within 0.007 where
+    the one-step formula gives 1.874. Bounds: 0.03 SD and 0.02 nats, a fifth of the one step's
+    errors."""
+    from numpyro_lm.approximations.nested.fit import _inner
+    from numpyro_lm.core.model import model_info
+    from numpyro_lm.runtime.programs import program
+
+    num_groups, per_group, sigma = 2000, 4, 1.5
+    rng = np.random.default_rng(0)
+    group = np.repeat(np.arange(num_groups), per_group).astype(np.int32)
+    y = (rng.uniform(size=group.size) < special.expit(0.5 + sigma * rng.normal(size=num_groups)[group]))
+    y = y.astype(np.float64)
+    args, kwargs = (group, num_groups), {"y": y}
+    info = model_info(binary_glmm, args, kwargs)
+    sigma_index, beta_index = info.layout.site("sigma").offset, info.layout.site("beta").offset
+    x_index = np.setdiff1d(np.arange(info.size), [sigma_index])
+    inner = program(_inner, info, 1e-10, 100, (sigma_index,), tuple([True] * x_index.size), "arrowhead", None)
+    thetas, starts = np.log([[sigma]]), np.zeros((1, x_index.size))
+    shifted, plain = (jax.device_get(inner((thetas, starts, np.asarray(flag)), args, kwargs)) for flag in (True, False))
+    at = int(np.flatnonzero(x_index == beta_index)[0])
+    joint_mode, mean = float(plain.x[0, at]), float(shifted.x[0, at] + shifted.shift[0, at])
+
+    by_group = y.reshape(num_groups, per_group)
+    exact = optimize.minimize_scalar(lambda b: -_collapsed_log_density(b, sigma, by_group),
+                                     bracket=(joint_mode - 0.5, joint_mode + 0.5), tol=1e-12).x
+    step = 1e-3  # the collapsed density's curvature by a central difference (smooth, exact to 1e-6)
+    values = [_collapsed_log_density(exact + d, sigma, by_group) for d in (-step, 0.0, step)]
+    sd = 1.0 / np.sqrt(-(values[0] - 2 * values[1] + values[2]) / step**2)
+    rise = values[1] - _collapsed_log_density(joint_mode, sigma, by_group)
+    gain = float(shifted.log_density[0] - plain.log_density[0])
+    assert abs(joint_mode - exact) / sd > 1.5  # the case needs the shift at all
+    assert abs(mean - exact) / sd < 0.03, (mean, exact, sd)
+    assert abs(gain - rise) < 0.02, (gain, rise)
