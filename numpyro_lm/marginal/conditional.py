@@ -221,7 +221,7 @@ def structured_mean_shift(neg_log_density: Callable, theta, x, curvature, hessia
         # a local coordinate keeps its own skewness correction, -A^-1 (grad log det H)_L / 2; the
         # globals' move to their collapsed mode (and the locals' response) replaces the rest
         sd = jnp.sqrt(curvature.variance()[hessian.structure.global_index])
-        gain, end, g_logdet = _collapsed_mode(neg_log_density, theta, x, hessian, logdet, sd)
+        gain, end, g_logdet = _collapsed_mode(neg_log_density, theta, x, curvature, hessian, logdet, sd)
         local = as_slice(hessian.structure.local_index[:, 0])
         shift = add_at(end - x, local, -0.5 * g_logdet[local] / curvature.a[:, 0, 0])
     else:
@@ -238,10 +238,10 @@ def structured_mean_shift(neg_log_density: Callable, theta, x, curvature, hessia
     return jnp.where(finite, shift, 0.0)
 
 
-def _collapsed_mode(neg_log_density: Callable, theta, x, hessian, logdet: Callable, sd):
+def _collapsed_mode(neg_log_density: Callable, theta, x, curvature, hessian, logdet: Callable, sd):
     r"""``(gain, end point, gradient of log det H at x)``: the globals' quasi-Newton steps to
     the mode of their collapsed density from the joint conditional mode ``x`` (``sd``: the
-    globals' conditional SDs there).
+    globals' conditional SDs there, ``curvature`` the curvature).
 
     With the blocks integrated out the globals' integrand is :math:`e^{F(\beta)}`,
     :math:`F = \log p(\beta, \hat z(\beta)) + c(\beta)`, :math:`c = -\tfrac12\log\det H + C`
@@ -260,11 +260,14 @@ def _collapsed_mode(neg_log_density: Callable, theta, x, hessian, logdet: Callab
     of 14.4, where the one-step :math:`\tfrac12 t^\top S^{-1} t` is 0.23 short."""
     glob, local = hessian.structure.global_index, as_slice(hessian.structure.local_index[:, 0])
 
+    def neg(z):
+        return neg_log_density(theta, z)
+
     def log_density(z):
-        return -neg_log_density(theta, z)
+        return -neg(z)
 
     def correction(z):
-        hess = hessian.evaluate(lambda w: neg_log_density(theta, w), z)[2]
+        hess = hessian.evaluate(neg, z)[2]
         return block_quadrature_correction(log_density, z, local, hess[0][:, 0, 0], num_nodes=SHIFT_NODES)
 
     def refit(y):  # the blocks' conditional modes at the moved globals: Newton, block by block
@@ -282,7 +285,7 @@ def _collapsed_mode(neg_log_density: Callable, theta, x, hessian, logdet: Callab
     def next_point(state):  # traced once: the slope's reverse passes are most of the program
         k, y, t, d, gain, g_first = state
         y = jax.lax.cond(k > 0, lambda: refit(y + d), lambda: y)
-        curv = hessian.curvature(hessian.evaluate(lambda z: neg_log_density(theta, z), y)[2])
+        curv = jax.lax.cond(k > 0, lambda: hessian.curvature(hessian.evaluate(neg, y)[2]), lambda: curvature)
         # two gradients, not one pullback applied twice: a pullback runs back through both terms
         # whatever the cotangent (a zero one included), and the quadrature's is the larger part
         g_logdet = jax.grad(logdet)(y)

@@ -2,7 +2,6 @@
 exact collapsed density of a binary random-intercept model."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
