@@ -29,17 +29,17 @@ def _collapsed_log_density(beta, sigma, y):
 
 
 def test_the_globals_reach_the_mode_of_their_collapsed_density(x64):
-    """At sigma = 1.5, 2000 groups of four binary observations: the joint mode's intercept is
-    1.99 SD from the collapsed density's mode and the one Newton step with the Schur complement
-    stops 0.114 SD short (measured with an exact collapsed density); the further steps land
-    within 0.004 SD (measured), and the collapsed density's rise, 1.991 nats, within 0.007 where
-    the one-step formula gives 1.874. Bounds: 0.03 SD and 0.02 nats, a fifth of the one step's
+    """At sigma = 1.5, 12 000 groups of four binary observations: the joint mode's intercept is
+    4.23 SD from the collapsed density's mode and the one Newton step with the Schur complement
+    stops 0.243 SD short (measured with an exact collapsed density); the further step lands
+    within 0.021 SD (measured), and the collapsed density's rise, 8.948 nats, within 0.035 where
+    the one-step formula gives 8.420. Bounds: 0.05 SD and 0.1 nats, a fifth of the one step's
     errors."""
     from numpyro_lm.approximations.nested.fit import _inner
     from numpyro_lm.core.model import model_info
     from numpyro_lm.runtime.programs import program
 
-    num_groups, per_group, sigma = 2000, 4, 1.5
+    num_groups, per_group, sigma = 12_000, 4, 1.5
     rng = np.random.default_rng(0)
     group = np.repeat(np.arange(num_groups), per_group).astype(np.int32)
     y = (rng.uniform(size=group.size) < special.expit(0.5 + sigma * rng.normal(size=num_groups)[group]))
@@ -62,6 +62,6 @@ def test_the_globals_reach_the_mode_of_their_collapsed_density(x64):
     sd = 1.0 / np.sqrt(-(values[0] - 2 * values[1] + values[2]) / step**2)
     rise = values[1] - _collapsed_log_density(joint_mode, sigma, by_group)
     gain = float(shifted.log_density[0] - plain.log_density[0])
-    assert abs(joint_mode - exact) / sd > 1.5  # the case needs the shift at all
-    assert abs(mean - exact) / sd < 0.03, (mean, exact, sd)
-    assert abs(gain - rise) < 0.02, (gain, rise)
+    assert abs(joint_mode - exact) / sd > 3.5  # the case needs the further step (COLLAPSED_STEP_TOL)
+    assert abs(mean - exact) / sd < 0.05, (mean, exact, sd)
+    assert abs(gain - rise) < 0.1, (gain, rise)
