@@ -32,7 +32,7 @@ from .core.model import ModelInfo, TracedModels
 from .inference_data import to_inference_data
 from .runtime.batch import batch_of, pad, pad_inputs
 from .runtime.compilation_cache import use_compilation_cache
-from .runtime.programs import BATCH_COMPILE, FAST_COMPILE
+from .runtime.programs import BATCH_COMPILE, FAST_COMPILE, on_device
 from .runtime.random import num_pseudo_chains
 from .runtime.static_data import needs_concrete
 
@@ -153,6 +153,7 @@ class LaplaceMatching:
         check_rng_key(rng_key)
         use_compilation_cache()  # a second process of the same script starts warm (runtime.compilation_cache)
         args, kwargs, info = self._traced.inputs(args, kwargs)
+        args, kwargs = on_device(args, kwargs)
         check_init_params(init_params, info.layout)
         result = self.options.fit(self.model, info, rng_key, args, kwargs, init_params)
         diagnostics = result.diagnostics()  # before the object changes: a failed call leaves it as it was
