@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import numpyro.distributions as dist
 
 from ..families.laplace_bridge import (as_covariance, dirichlet_from_zero_sum_gaussian, lb_norm,
@@ -45,6 +46,57 @@ __all__ = [
 ]
 
 CORRECTIONS = (None, "zero_sum", "lb_norm")
+# a covariance's eigenvalues may dip this far below 0 (relative to the largest) from round-off
+# alone: a zero-sum covariance is singular, and a float32 one built as A A' lands near 0
+PSD_SLACK = 100.0
+
+
+def _concrete(x) -> bool:
+    """Values can be checked (not traced inside jit / vmap / grad)."""
+    return not isinstance(x, jax.core.Tracer)
+
+
+def _checked_gaussian(mean, cov):
+    """``mean (..., K)`` and ``cov (..., K, K)`` or ``(..., K)``, finite and positive semi-definite.
+
+    Shapes are checked always; values only where they are concrete (under ``jit`` the inputs
+    are traced and pass unchecked, as numpyro's ``validate_args`` does).
+    """
+    mean, cov = jnp.asarray(mean), jnp.asarray(cov)
+    if mean.ndim < 1 or mean.shape[-1] < 2:
+        raise ValueError(f"laplace_bridge: mean must have shape (..., K) with K >= 2 logits, got {mean.shape}")
+    k = mean.shape[-1]
+    full = cov.ndim == mean.ndim + 1
+    if not (full and cov.shape[-2:] == (k, k)) and not (cov.ndim == mean.ndim and cov.shape[-1] == k):
+        raise ValueError(f"laplace_bridge: cov must have shape (..., {k}, {k}) (a covariance) or (..., {k}) "
+                         f"(variances) to match mean's {mean.shape}, got {cov.shape}")
+    if not (_concrete(mean) and _concrete(cov)):
+        return mean, cov
+    if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(cov))):
+        raise ValueError("laplace_bridge: mean and cov must be finite; found NaN or inf "
+                         f"in {'mean' if not np.all(np.isfinite(mean)) else 'cov'}")
+    c = np.asarray(cov, np.float64)
+    if not full:
+        bad = np.argwhere(c <= 0)
+        if bad.size:
+            raise ValueError(f"laplace_bridge: the variances must be positive; cov{[int(i) for i in bad[0]]} = "
+                             f"{c[tuple(bad[0])]:.3g}")
+        return mean, cov
+    scale = np.max(np.abs(c), axis=(-2, -1), keepdims=True)
+    eps = PSD_SLACK * np.finfo(cov.dtype).eps * k
+    if np.any(np.abs(c - np.swapaxes(c, -1, -2)) > eps * scale):
+        raise ValueError("laplace_bridge: cov must be symmetric (a covariance matrix); "
+                         "pass (cov + cov.T) / 2 if the asymmetry is round-off")
+    lowest = np.atleast_1d(np.linalg.eigvalsh(c)[..., 0])
+    bad = np.argwhere((lowest < -eps * np.atleast_1d(scale[..., 0, 0]))
+                      | (np.atleast_1d(np.diagonal(c, 0, -2, -1).min(-1)) <= 0))
+    if bad.size:
+        where = f" (batch index {[int(i) for i in bad[0]]})" if c.ndim > 2 else ""
+        raise ValueError(f"laplace_bridge: cov is not positive semi-definite{where}: its smallest eigenvalue is "
+                         f"{lowest[tuple(bad[0])]:.3g} and the bridge's variances would be negative or zero. "
+                         "Pass the Gaussian's covariance (for a last-layer Laplace: J H^-1 J' with a "
+                         "positive-definite H)")
+    return mean, cov
 
 
 def bridge_spread_factor(log_alpha, var):
@@ -101,6 +153,7 @@ def laplace_bridge(mean, cov, correction: str | None = "zero_sum"):
     """
     if correction not in CORRECTIONS:
         raise ValueError(f"correction must be one of {CORRECTIONS}, not {correction!r}")
+    mean, cov = _checked_gaussian(mean, cov)
     cov = as_covariance(mean, cov)
     if correction is not None:
         mean, cov = condition_zero_sum(mean, cov)
@@ -125,6 +178,18 @@ def uncertainty_aware_top_k(concentration, threshold: float = 0.05):
     :return: a boolean mask ``(..., K)`` in the original class order (``mask.sum(-1)`` is
         the adaptive ``k``, at least 1).
     """
+    if not 0.0 < threshold < 1.0:
+        raise ValueError(f"uncertainty_aware_top_k: threshold must be in (0, 1), got {threshold}")
+    concentration = jnp.asarray(concentration)
+    if concentration.ndim < 1 or concentration.shape[-1] < 1:
+        raise ValueError("uncertainty_aware_top_k: concentration must have shape (..., K) with K >= 1, "
+                         f"got {concentration.shape}")
+    if _concrete(concentration):
+        c = np.asarray(concentration)
+        bad = np.argwhere(~(np.isfinite(c) & (c > 0)))
+        if bad.size:
+            raise ValueError(f"uncertainty_aware_top_k: Dirichlet concentrations must be finite and positive; "
+                             f"concentration{[int(i) for i in bad[0]]} = {c[tuple(bad[0])]}")
     order = jnp.argsort(-concentration, axis=-1)
     alpha = jnp.take_along_axis(concentration, order, axis=-1)
     rest = jnp.sum(alpha, axis=-1, keepdims=True) - alpha

@@ -143,3 +143,33 @@ def test_spread_factor_depends_on_the_means_geometry_not_the_variances_scale(sca
     var = jnp.diagonal(cov)
     np.testing.assert_allclose(bridge_spread_factor(log_dirichlet_from_zero_sum_gaussian(mean, var), var), 2.5135,
                                rtol=1e-4)
+
+
+@pytest.mark.parametrize("mean, cov, message", [
+    (jnp.zeros(3), -jnp.eye(3), "not positive semi-definite"),
+    (jnp.zeros(3), jnp.diag(jnp.array([1.0, 1.0, -0.5])), "smallest eigenvalue is -0.5"),
+    (jnp.zeros((2, 3)), jnp.stack([jnp.eye(3), -jnp.eye(3)]), r"batch index \[1\]"),
+    (jnp.zeros(3), -jnp.ones(3), "variances must be positive"),
+    (jnp.array([0.0, 1.0, jnp.nan]), jnp.eye(3), "NaN or inf in mean"),
+    (jnp.zeros(3), jnp.eye(4), r"cov must have shape \(\.\.\., 3, 3\)"),
+    (jnp.zeros(3), jnp.array([[1.0, 0.5, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]), "symmetric"),
+])
+def test_bridge_refuses_a_gaussian_it_cannot_map(mean, cov, message):
+    """No silent NaN: the bridge's variances come from the covariance's diagonal."""
+    with pytest.raises(ValueError, match=message):
+        laplace_bridge(mean, cov)
+
+
+def test_bridge_accepts_a_singular_zero_sum_covariance_and_traced_inputs():
+    """A zero-sum covariance is singular (1' S 1 = 0), not negative: accepted; jit skips value checks."""
+    mean, cov = _random_gaussian(4)
+    zero_mean, zero_cov = condition_zero_sum(mean, cov)
+    np.testing.assert_allclose(laplace_bridge(zero_mean, zero_cov, correction=None),
+                               laplace_bridge(mean, cov), rtol=1e-8)
+    np.testing.assert_allclose(jax.jit(laplace_bridge)(mean, cov), laplace_bridge(mean, cov), rtol=1e-8)
+
+
+@pytest.mark.parametrize("concentration", [[1.0, np.nan, 2.0], [1.0, 0.0, 2.0], [1.0, -1.0, 2.0]])
+def test_top_k_refuses_concentrations_that_are_not_positive(concentration):
+    with pytest.raises(ValueError, match=r"concentration\[1\]"):
+        uncertainty_aware_top_k(jnp.array(concentration))
