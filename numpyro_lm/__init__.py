@@ -19,7 +19,12 @@ verdict, errors) -> ``samplers`` (LaplaceNUTS, warm NUTS, elliptical slice) ->
 in ``numpyro_lm.contrib`` (``bridge``, ``gp``, ``nn``, ``networks``). docs/architecture.md draws it.
 """
 
-from .checks.data import ObservedDataError
+# before anything starts JAX's backends: XLA_FLAGS are read once, when they start
+from .runtime.xla_flags import avoid_lapack_deadlock
+
+avoid_lapack_deadlock()
+
+from .checks.data import ObservedDataError  # noqa: E402
 from .checks.errors import NotPositiveDefiniteError
 from .checks.verdict import NotTrustedWarning
 from .core.model import ModelInfo, model_info

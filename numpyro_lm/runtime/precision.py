@@ -14,9 +14,6 @@ the same eight calls was at most 0.49, every shift at most 0.004 SD, in the same
 :func:`full_precision` traces a function under ``jax.default_matmul_precision("highest")``
 (every ``dot_general`` it makes carries ``precision=HIGHEST``); :func:`precise_jit` is
 ``jax.jit`` of it. On a CPU both change nothing: XLA:CPU multiplies float32 in float32.
-:func:`precise_jit` also compiles every program with
-:data:`~numpyro_lm.runtime.xla_flags.THREADING_OPTIONS` (batched LAPACK kernels cannot
-deadlock XLA:CPU's thread pool; ``numpyro_lm/runtime/xla_flags.py``).
 """
 
 from __future__ import annotations
@@ -25,8 +22,6 @@ import functools
 from typing import Callable
 
 import jax
-
-from .xla_flags import with_threading_options
 
 __all__ = ["MATMUL_PRECISION", "full_precision", "precise_jit"]
 
@@ -45,9 +40,7 @@ def full_precision(fn: Callable) -> Callable:
 
 
 def precise_jit(fn: Callable = None, **jit_kwargs) -> Callable:
-    """``jax.jit(full_precision(fn), **jit_kwargs)`` with the threading options added to its
-    ``compiler_options``; usable as a decorator, with or without arguments."""
+    """``jax.jit(full_precision(fn), **jit_kwargs)``; usable as a decorator, with or without arguments."""
     if fn is None:
         return functools.partial(precise_jit, **jit_kwargs)
-    jit_kwargs["compiler_options"] = with_threading_options(jit_kwargs.get("compiler_options"))
     return jax.jit(full_precision(fn), **jit_kwargs)

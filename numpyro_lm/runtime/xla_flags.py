@@ -1,54 +1,62 @@
-"""Keep XLA:CPU from deadlocking jaxlib's batched LAPACK kernels, program by program.
+"""Keep XLA:CPU from deadlocking jaxlib's batched LAPACK kernels.
 
 Since jaxlib 0.10 the CPU LAPACK kernels (LU, triangular solve, Cholesky, eigh, ... behind
-``jnp.linalg``) split a large batch of matrices (at least 2e5 flops of work) into tasks on
-XLA's intra-op thread pool and block until they finish (``jax::ParallelBatchMap``). XLA's
-runtime runs independent kernels of one program at the same time, each on a pool thread;
-when every pool thread is such a kernel, each waits for tasks that no free thread is left to
-run, and the process hangs at 0 % CPU. Seen on 2 cores with a vmapped inverse-Wishart map
-over 235 4 x 4 matrices and with four independent solves of 300 16 x 16 matrices in one jit
-(``tests/runtime/test_xla_flags.py``); native stacks show both pool threads in
-``BlockingCounter::Wait`` under ``lapack_sgetrf_ffi`` / ``lapack_strsm_ffi``.
+``jnp.linalg``) split a large batch of matrices into tasks on XLA's intra-op thread pool
+and block until they finish (``jax::ParallelBatchMap``). XLA's concurrency-optimised
+scheduler lets independent kernels of one program run at the same time, each on a pool
+thread; when every pool thread is such a kernel, each waits for tasks that no free thread
+is left to run, and the process hangs at 0 % CPU. Seen on 2 cores with a vmapped
+inverse-Wishart map over 235 4 x 4 matrices and with four independent solves of 300
+16 x 16 matrices in one jit (``tests/runtime/test_xla_flags.py``); native stacks show both pool
+threads in ``BlockingCounter::Wait`` under ``lapack_sgetrf_ffi`` / ``lapack_strsm_ffi``.
 
-Every program the library compiles (:func:`numpyro_lm.runtime.precision.precise_jit`) is
-compiled with :data:`THREADING_OPTIONS`, ``xla_cpu_multi_thread_eigen=False``: the program
-gets no intra-op pool, so a LAPACK kernel runs its batch on its own thread and nothing waits
-on a pool. It is a compile option of that program alone: nothing process-wide changes, the
-import order does not matter, and the user's own programs keep XLA's settings. (The other
-remedy, ``--xla_cpu_enable_concurrency_optimized_scheduler=false``, is read only from
-``XLA_FLAGS`` when JAX starts: as a compile option it leaves the schedule unchanged, measured.)
-
-Measured on 2 cores it costs nothing and saves a little: warm calls of the Poisson
-random-effect benchmark at N = 25 000 0.93 s against 1.3-1.8 s, the logistic GLMM at
-J = 1000 and J = 10^4 and the 2000-point GP as fast or faster (``make bench``: the two cores
-are better spent on the other work than on splitting one kernel). On a host with many cores a
-user who wants XLA's intra-op threads in the library's programs exports
-``XLA_FLAGS=--xla_cpu_enable_concurrency_optimized_scheduler=false`` (which also avoids the
-deadlock) or names ``xla_cpu_multi_thread_eigen`` there; then the library adds nothing.
+:func:`avoid_lapack_deadlock` (called when ``numpyro_lm`` is imported) adds
+``--xla_cpu_enable_concurrency_optimized_scheduler=false`` to ``XLA_FLAGS`` while JAX's
+backends are not yet initialised: the default scheduler orders the kernels one after
+another. Measured on the benchmarks' models it costs nothing (``make bench``: the scale
+table's GP and GLMM rows ran as fast with it). A flag the user set in ``XLA_FLAGS`` is
+kept as it is; where the backends were started before ``numpyro_lm`` was imported the flag
+cannot take effect and a warning says how to set it.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 
-__all__ = ["SCHEDULER_FLAG", "THREADING_OPTIONS", "user_chose_threading", "with_threading_options"]
+__all__ = ["SCHEDULER_FLAG", "avoid_lapack_deadlock"]
 
 SCHEDULER_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
-THREADING_OPTIONS = {"xla_cpu_multi_thread_eigen": False}
 
 
-def user_chose_threading() -> bool:
-    """The user's ``XLA_FLAGS`` already keep the batched kernels apart (the scheduler flag) or
-    set XLA's intra-op threading themselves: the library leaves their programs' threading alone."""
+def _started_backends() -> dict:
+    from jax._src import xla_bridge  # private, but the only way to ask without starting them
+
+    return dict(getattr(xla_bridge, "_backends", {}))
+
+
+def avoid_lapack_deadlock() -> str:
+    """Add :data:`SCHEDULER_FLAG` to ``XLA_FLAGS`` if it can still take effect.
+
+    Returns what was done: ``"set"``, ``"user"`` (the user's ``XLA_FLAGS`` already name
+    the option), or ``"late"`` (JAX's backends were already started; a warning is given
+    when one of them is the CPU).
+    """
     flags = os.environ.get("XLA_FLAGS", "")
-    return SCHEDULER_FLAG in flags.split() or "xla_cpu_multi_thread_eigen" in flags
-
-
-def with_threading_options(options):
-    """``options`` (a dict or ``None``: XLA's defaults) plus :data:`THREADING_OPTIONS`, unless
-    the user chose (:func:`user_chose_threading`) or ``options`` name the option already."""
-    options = dict(options or {})
-    if not user_chose_threading():
-        for name, value in THREADING_OPTIONS.items():
-            options.setdefault(name, value)
-    return options or None
+    name = SCHEDULER_FLAG.split("=")[0]
+    if name in flags:
+        return "user"
+    started = _started_backends()
+    if started:
+        if "cpu" in started:
+            warnings.warn(
+                "numpyro_lm was imported after JAX started its CPU backend, so it could not set "
+                f"XLA_FLAGS={SCHEDULER_FLAG}: without it, jaxlib's batched linear algebra (a vmap over "
+                "hundreds of matrices) can hang on CPU. Import numpyro_lm before running any JAX "
+                "computation, or export XLA_FLAGS before starting Python.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        return "late"
+    os.environ["XLA_FLAGS"] = f"{flags} {SCHEDULER_FLAG}".strip()
+    return "set"
