@@ -25,6 +25,7 @@ import jax
 import numpy as np
 
 from .approximations.options import Options, checked_options
+from .checks.data import ObservedDataError
 from .checks.errors import NotPositiveDefiniteError
 from .checks.validation import check_count, check_init_params, check_model, check_rng_key, refuse_mcmc_options
 from .checks.verdict import NotTrustedWarning
@@ -32,7 +33,7 @@ from .core.model import ModelInfo, TracedModels
 from .inference_data import to_inference_data
 from .runtime.batch import batch_of, pad, pad_inputs
 from .runtime.compilation_cache import use_compilation_cache
-from .runtime.programs import BATCH_COMPILE, FAST_COMPILE, on_device
+from .runtime.programs import BATCH_COMPILE, FAST_COMPILE, on_device, split_inputs
 from .runtime.random import num_pseudo_chains
 from .runtime.static_data import needs_concrete
 
@@ -194,7 +195,7 @@ class LaplaceMatching:
             info = self._traced.info(args, kwargs, batch.axes)
         except Exception as error:
             if not needs_concrete(error):
-                raise
+                raise _batch_trace_error(error, args, kwargs, batch) from error
             raise ValueError("run_many traces every data argument (one program for all data sets), and this model "
                              "needs one as a concrete value (a plate size from the data, np.unique, int(n)): call "
                              "run() per data set, or pass such values as Python numbers shared by the batch "
@@ -329,3 +330,25 @@ class LaplaceMatching:
     sampler = property(lambda self: self)
     _args = property(lambda self: self.model_args)
     _kwargs = property(lambda self: self.model_kwargs)
+
+
+def _batch_trace_error(error, args, kwargs, batch) -> Exception:
+    """``error`` from tracing the model on one data set of a batch, with the batch's layout named:
+    the usual cause is a forgotten batch axis (one data set passed to ``run_many``)."""
+    if isinstance(error, (ObservedDataError, NotImplementedError)):
+        return error
+    arrays, _ = split_inputs((tuple(args), dict(kwargs or {})))
+    shapes = [tuple(np.shape(a)) for a, b in zip(arrays, batch.axes) if b]
+    return type(error)(
+        f"run_many traced the model on one data set (entry 0 of the leading axis of every batched array; "
+        f"batched shapes {shapes}, so {batch.size} data sets) and it raised {type(error).__name__}: {error}. Every "
+        "batched array needs a leading axis of one entry per data set: stack B data sets as (B, ...), call run() "
+        "for a single data set, or mark shared arrays with batch_axes=.") if _rebuildable(error) else error
+
+
+def _rebuildable(error) -> bool:
+    try:
+        type(error)("")
+    except Exception:  # noqa: BLE001 - an exception type that needs other arguments keeps its own message
+        return False
+    return True

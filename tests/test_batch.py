@@ -130,3 +130,47 @@ def test_bad_batches_are_refused_and_failures_name_the_data_set():
     assert any("1 of 3 data sets failed" in str(w.message) for w in caught)
     ok = np.asarray(lm.diagnostics()["positive_definite"])
     np.testing.assert_array_equal(ok, [True, False, True])
+
+
+def poisson_rate(y):
+    rate = numpyro.sample("rate", dist.Gamma(2.0, 1.0))
+    with numpyro.plate("n", y.shape[-1]):
+        numpyro.sample("y", dist.Poisson(rate), obs=y)
+
+
+def test_a_failed_data_set_is_named_as_run_names_it_and_the_rest_stay_usable():
+    y = np.array(counts(3, n=8, seed=3))
+    y[2, 3] = np.nan
+    with pytest.raises(ValueError, match=r"data set 2: observed site 'y': 1 of 8 values are NaN \(at y\[3\]\)"):
+        LaplaceMatching(poisson_rate, num_samples=20).run_many(KEY, y)
+    lm = LaplaceMatching(poisson_rate, num_samples=20)
+    with pytest.warns(UserWarning, match=r"1 of 3 data sets failed .*data set 2: observed site 'y'"):
+        lm.run_many(KEY, y, on_failure="warn")
+    post = lm.posterior["rate"]  # numpyro's argument validation would refuse the NaN row
+    concentration = np.asarray(post.concentration)
+    assert np.isnan(concentration[2]) and np.all(np.isfinite(concentration[:2]))
+    # the Gamma-Poisson posterior Gamma(2 + sum y, 1 + n) on the data sets that fitted
+    np.testing.assert_allclose(concentration[:2], 2.0 + y[:2].sum(1), rtol=1e-6)
+
+
+@pytest.mark.parametrize("y, message", [
+    (np.zeros((0, 8)), "the batch is empty"),
+    (np.ones(8), r"batched shapes \[\(8,\)\], so 8 data sets.*IndexError.*leading axis of one entry per data set"),
+])
+def test_an_empty_batch_and_a_forgotten_batch_axis_are_explained(y, message):
+    with pytest.raises((ValueError, IndexError), match=message):
+        LaplaceMatching(poisson_rate).run_many(KEY, y)
+
+
+def test_a_zero_size_site_is_batched():
+    """Draws of a zero-size site next to a Gamma-matched one (a host quantile call) in one vmapped program."""
+    def model(y):
+        rate = numpyro.sample("rate", dist.Gamma(2.0, 1.0))
+        z = numpyro.sample("z", dist.Normal(0.0, 1.0).expand([0]).to_event(1))
+        with numpyro.plate("n", y.shape[-1]):
+            numpyro.sample("y", dist.Poisson(rate + z.sum()), obs=y)
+
+    y = counts(2, n=8, seed=4)
+    samples = LaplaceMatching(model, num_samples=20).run_many(KEY, y).get_samples()
+    assert samples["z"].shape == (2, 20, 0) and samples["rate"].shape == (2, 20)
+    assert np.all(np.isfinite(samples["rate"]))

@@ -20,6 +20,7 @@ from typing import Optional
 import jax
 from jax.sharding import NamedSharding, PartitionSpec
 import numpy as np
+from numpyro.distributions.distribution import validation_enabled
 
 from ..checks.psis import KHAT_OK, importance_resample, khat_verdict, psis
 from ..checks.verdict import judge_fits
@@ -313,8 +314,14 @@ class Result:
             params = self.unpad(self.params)
 
             def build(name):
-                return site_distribution(self.info.layout.site(name), params[name],
-                                         self.info.transform(name, self.mode_trace()))
+                site, transform = self.info.layout.site(name), self.info.transform(name, self.mode_trace())
+                if self.batch is None or all(np.all(np.isfinite(np.asarray(p))) for p in jax.tree.leaves(params[name])):
+                    return site_distribution(site, params[name], transform)
+                # run_many(on_failure="warn") kept the other data sets: a failed one's parameters
+                # are NaN (it was warned about), which numpyro's argument validation would refuse
+                # for the whole batch
+                with validation_enabled(False):
+                    return site_distribution(site, params[name], transform)
 
             self._posterior = MatchedPosterior(build, tuple(s.name for s in self.info.layout.sites), self._refuse)
         return self._posterior

@@ -103,7 +103,8 @@ class ModelInfo(NamedTuple):
         """Constrained values of the latent and deterministic sites at ``flat``."""
         tr = self.trace(flat, args, kwargs)
         latent = {s.name for s in self.layout.sites}
-        return {name: site["value"] for name, site in tr.items() if name in latent or site["type"] == "deterministic"}
+        return {name: _empty_as_constant(site["value"]) for name, site in tr.items()
+                if name in latent or site["type"] == "deterministic"}
 
     def init(self, rng_key, args=(), kwargs=None, init_strategy: Callable = init_to_uniform):
         """Flat basis coordinates of the point a numpyro init strategy picks.
@@ -203,3 +204,11 @@ class TracedModels:
             return args, kwargs, info
         args, kwargs = mark_static(args, kwargs, static)
         return args, kwargs, self.info(args, kwargs)
+
+
+def _empty_as_constant(value):
+    """A zero-size value as a fresh constant of its shape: computed as a slice of the draws it
+    came from, in a vmapped program that also calls the host (the Gamma quantiles), XLA:CPU
+    (jaxlib 0.10.2) compiled the host call as an untyped custom call and the run failed with
+    "No registered implementation for untyped custom call to xla_ffi_python_cpu_callback"."""
+    return jnp.zeros(jnp.shape(value), jnp.result_type(value)) if jnp.size(value) == 0 else value

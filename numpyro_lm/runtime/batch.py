@@ -52,6 +52,9 @@ def batch_of(args, kwargs, axes: Optional[tuple] = None, devices=None) -> Batch:
             "values as Python numbers or tuples."
         )
     size = sizes.pop()
+    if size == 0:
+        raise ValueError("run_many: the batch is empty (the array arguments' leading axis has size 0); pass at "
+                         "least one data set.")
     mesh = batch_mesh(devices)
     multiple = 1 if mesh is None else mesh.devices.size
     return Batch(size, size + (-size % multiple), axes, mesh)
