@@ -61,11 +61,13 @@ from typing import Optional
 
 import jax
 import jax.numpy as jnp
-from numpyro.infer import init_to_median
+from numpyro.infer import init_to_median, init_to_value
 from numpyro.infer.hmc import hmc
 from numpyro.infer.mcmc import MCMCKernel
 from numpyro.util import is_prng_key
 
+from ..checks.data import observed_data_problem
+from ..checks.validation import check_init_params
 from ..core.model import model_info
 from ..core.trace import site_values
 from ..marginal.laplace_marginal import INNER_CURVATURES, QUADRATURE_BATCH_MAX, inner_hessian, mode_search, theta_layout
@@ -126,7 +128,9 @@ class LaplaceNUTS(MCMCKernel):
         Laplace alone.
     :param init_strategy: a NumPyro init strategy for the first point (default
         ``init_to_median``: the prior's medians, where the latent field's conditional mode
-        usually exists); ``MCMC.run(init_params=...)`` takes flat LM-basis coordinates instead.
+        usually exists); ``MCMC.run(init_params=...)`` takes ``{site: constrained value}`` for
+        every latent site (as :meth:`~numpyro_lm.LaplaceMatching.run`) or their flat LM-basis
+        coordinates (with a leading chain axis for ``chain_method="vectorized"``).
     :param nuts_kwargs: options of NumPyro's NUTS (``target_accept_prob``, ``max_tree_depth``,
         ``dense_mass``, ``step_size``, ...: those of ``numpyro.infer.hmc.hmc``'s ``init_kernel``);
         ``potential_fn`` and ``model`` are this kernel's.
@@ -284,10 +288,7 @@ class LaplaceNUTS(MCMCKernel):
         strategy's), with the structure and the mode checked where they can be read (not
         inside mapped chains); the programs compiled where the model is ``fresh``."""
         target = self._target
-        if init_params is None:
-            flat = self._info.init(key_init, *self._args, init_strategy=self.init_strategy)
-        else:
-            flat = jnp.asarray(init_params)
+        flat = self._start(key_init, init_params)
         phi0 = flat[target.phi_index]
         # the inner searches start where the conditional mode at the first phi is
         theta_start = flat[target.theta_index]
@@ -298,11 +299,33 @@ class LaplaceNUTS(MCMCKernel):
         theta0, ok = self._programs["first_mode"](phi0, theta_start)
         if not isinstance(ok, jax.core.Tracer):  # checkable outside mapped chains
             if not bool(ok):
+                problem = observed_data_problem(self._info, *self._args)  # the data's fault, named where it is
+                if problem is not None:
+                    raise problem
                 raise FloatingPointError("LaplaceNUTS: the conditional mode of the latent field at the initial "
                                          "hyperparameters was not found (Newton did not converge or the Hessian is "
                                          "not negative definite there). Pass init_params or raise inner_max_iter.")
             self._theta0 = theta0
         return phi0, theta0
+
+    def _start(self, key_init, init_params):
+        """Flat LM-basis coordinates of a chain's start: the init strategy's, ``init_params`` as
+        ``{site: constrained value}`` (as ``LaplaceMatching.run`` takes them; every latent site,
+        hyperparameters and field) or as the flat coordinates themselves (length checked)."""
+        layout = self._info.layout
+        if init_params is None:
+            return self._info.init(key_init, *self._args, init_strategy=self.init_strategy)
+        if isinstance(init_params, dict):
+            if not any(isinstance(v, jax.core.Tracer) for v in jax.tree.leaves(init_params)):
+                check_init_params(init_params, layout)
+            return self._info.init(key_init, *self._args, init_strategy=init_to_value(values=init_params))
+        flat = jnp.asarray(init_params)
+        if flat.shape != (layout.size,):
+            sites = ", ".join(f"{s.name} ({s.size})" for s in layout.sites)
+            raise ValueError(f"LaplaceNUTS: init_params of shape {flat.shape}; flat LM-basis coordinates of every "
+                             f"latent site are a vector of {layout.size} ({sites}), hyperparameters and field "
+                             "alike. Or pass a dict {site: constrained value}, as LaplaceMatching.run takes.")
+        return flat
 
     def _checked_hessian(self, target: MarginalTarget, phi, theta):
         """The inner Hessian strategy after the arrowhead's probe at the first point: ``"auto"``

@@ -373,3 +373,34 @@ def test_a_plate_whose_entries_interact_gets_the_dense_inner_hessian():
     with pytest.raises(ValueError, match="plate entries interact.*curvature='dense'"):
         explicit.init(jax.random.PRNGKey(0), 10, None, (x, y), {})
     assert isinstance(explicit.inner_hessian, ArrowheadHessian)
+
+
+def _short_run(y, **run_kwargs):
+    mcmc = MCMC(LaplaceNUTS(gaussian_hierarchy), num_warmup=20, num_samples=20, progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(0), y, **run_kwargs)
+    return mcmc
+
+
+@pytest.mark.parametrize("init_params, message", [
+    (jnp.zeros(2), r"init_params of shape \(2,\); .* a vector of 7 \(mu \(1\), theta \(6\)\)"),
+    (jnp.zeros(1), r"init_params of shape \(1,\)"),
+    ({"mu": 0.5, "sigma": 1.0}, r"init_params names \['sigma'\], which are not latent sites"),
+    ({"mu": np.nan}, r"init_params\['mu'\] is not finite"),
+])
+def test_bad_init_params_are_refused_by_name(init_params, message):
+    with pytest.raises(ValueError, match=message):
+        _short_run(Y, init_params=init_params)
+
+
+def test_init_params_as_constrained_values_start_the_chain_there():
+    """The form LaplaceMatching.run and MCMC users pass: a dict of named sites (partial: the rest
+    from the init strategy); the chain's first warm-up state holds the given hyperparameter."""
+    kernel = LaplaceNUTS(gaussian_hierarchy)
+    state = kernel.init(jax.random.PRNGKey(0), 10, {"mu": 0.7}, (Y,), {})
+    assert float(state.z[0] if state.z.ndim else state.z) == pytest.approx(0.7, abs=1e-6)
+
+
+def test_nan_in_the_data_is_named_as_run_names_it():
+    y = Y.at[3].set(jnp.nan)
+    with pytest.raises(ValueError, match=r"observed site 'y': 1 of 6 values are NaN \(at y\[3\]\)"):
+        _short_run(y)
