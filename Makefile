@@ -12,11 +12,11 @@ $(PY):
 
 # The stamp files reinstall when pyproject.toml changes.
 $(VENV)/.installed: pyproject.toml | $(PY)
-	$(PIP) install --quiet -e ".[plot]"
+	$(PIP) install --quiet -e ".[plot,data]"
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(PY)
-	$(PIP) install --quiet -e ".[dev,plot]"
+	$(PIP) install --quiet -e ".[dev,plot,data]"
 	touch $@ $(VENV)/.installed
 
 install: $(VENV)/.installed

@@ -7,7 +7,7 @@ of the membership intervals against the generating truth and against NUTS.
    network and one held-out fold (20% of the entries) per degree. PIHAM (``fit_piham``,
    defaults: 10 restarts of 2000 Adam steps) and the MTCOV EM baseline (10 restarts): held-out
    edge AUC, attribute accuracy, cosine similarity (CS) of the memberships to the truth (``U``
-   and ``V`` relabelled separately), seconds per fit. ``examples/piham.py`` gives five folds
+   and ``V`` relabelled separately), seconds per fit. ``examples/piham.py --full`` gives five folds
    at degrees 10 and 30.
 2. **Size** (C.4): Bernoulli, Poisson and Gaussian layers, categorical, Poisson and Gaussian
    attributes; N = 100 to 1000 with K = 3, and K = 5 at N = 200; one held-out fold: AUC of

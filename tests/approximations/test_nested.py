@@ -121,6 +121,29 @@ def test_a_marginal_that_fails_everywhere_beside_the_start_is_refused_by_name():
         explore(_quadratic_marginal(lambda t: bool(np.all(t == 0.0))), np.zeros(2), np.zeros(3))
 
 
+@pytest.mark.parametrize("radius", [0.055, 0.065, 0.07])
+def test_the_mode_search_stops_when_round_off_keeps_it_within_twice_its_tolerance(radius):
+    """Round-off in the inner fits as a marginal whose mode wanders ``radius`` SDs around its
+    centre from one evaluation to the next and whose later values are higher: the line search
+    always "improves", the decrement stays near 0.1 SD (NumPyro's mortality example: 50
+    iterations, 0.088 SD, then an error). Measured: 9 iterations, 0.06-0.12 SD from the centre;
+    before STALLED_ITERATIONS, 47 iterations at 0.06 and an error at 0.065."""
+    a = np.array([[4.0, 1.0], [1.0, 2.0]]) * 50
+    root = np.linalg.cholesky(np.linalg.inv(a))  # SD units -> basis units
+    centre, calls = np.array([0.3, -0.2]), [0]
+
+    def marginal(points, x0s):
+        calls[0] += 1
+        mode = centre + root @ (radius * np.array([np.cos(0.7 * calls[0]), np.sin(0.7 * calls[0])]))
+        d = points - mode
+        return -0.5 * np.einsum("ki,ij,kj->k", d, a, d) + 0.01 * calls[0], x0s
+
+    search = explore(marginal, np.zeros(2), np.zeros((1,)))
+    off = search.theta - centre
+    assert search.num_iter < 20
+    assert np.sqrt(off @ a @ off) < 2 * radius + 0.05  # within the wander and the tolerance
+
+
 def linear_gaussian():
     """Four scalar hyperparameters, five latents and eight observations, all linear-Gaussian:
     the posterior is Gaussian in closed form (``truth``)."""

@@ -86,6 +86,14 @@ below the mode, and Newton's quadratic convergence leaves the unverified step ab
 N = 100 000; 0.89, 0.048, 3e-5 at N = 5 000). A tolerance of 1e-3 cost two more iterations,
 a fifth of the inner fits."""
 
+STALLED_ITERATIONS = 3
+"""Iterations (not necessarily in a row) within twice :data:`MODE_TOL` after which the search
+stops where it is. Round-off in the inner fits (float32, or a conditional mode found from another start) moves
+the marginal's values by more than a step this short gains, so a line search may keep
+"improving" on noise with the decrement stuck between the tolerance and twice it: NumPyro's
+mortality example ended after 50 iterations at 0.088 SDs. Within 0.1 SDs the centre lies 0.005
+nats below the mode, which the design's weights absorb (:data:`MODE_TOL`)."""
+
 MIN_STENCIL = 1e-4
 """The smallest difference step (basis units) the search shrinks to where the marginal is not
 finite beside the point; below it the differences are float32 round-off."""
@@ -101,7 +109,8 @@ def explore(marginal: Callable, theta0, x0, max_iter: int = 50, tol: float = MOD
     taken), backtracking over 8 step lengths evaluated in one call (one at a time, longest
     first, where ``one_at_a_time``: large models fit one point per call). The point a line
     search accepts is the next stencil's centre, not fitted again. Stops at a decrement below
-    ``tol`` (:data:`MODE_TOL`) with that last Newton step taken.
+    ``tol`` (:data:`MODE_TOL`) with that last Newton step taken, or after
+    :data:`STALLED_ITERATIONS` iterations below twice that (round-off in the inner fits).
     Returns a :class:`ModeSearch`.
     """
     theta = np.asarray(theta0, np.float64)
@@ -115,6 +124,7 @@ def explore(marginal: Callable, theta0, x0, max_iter: int = 50, tol: float = MOD
         return np.asarray(logp, np.float64), xs
 
     centre = None  # (log p~, x*) at theta, where the line search fitted it
+    stalled = 0  # iterations with the decrement within 2 tol (STALLED_ITERATIONS)
     for it in range(1, max_iter + 1):
         if centre is None and one_at_a_time:  # the centre first (_fitted_centre)
             centre = _fitted_centre(at, theta)
@@ -148,7 +158,9 @@ def explore(marginal: Callable, theta0, x0, max_iter: int = 50, tol: float = MOD
             return ModeSearch(theta + last_step, neg, x_ref, float(logp[0] + 0.5 * grad @ last_step), decrement,
                               float(np.max(np.abs(grad))), it, evaluations)
 
-        if decrement < tol and np.all(np.linalg.eigvalsh(neg) > 0):
+        positive = bool(np.all(np.linalg.eigvalsh(neg) > 0))
+        stalled += int(decrement < 2 * tol and positive)
+        if (decrement < tol and positive) or stalled >= STALLED_ITERATIONS:
             return found(step)
         h = np.clip(0.2 * sd, 1e-3, 0.5)
         length = float(np.linalg.norm(step))
@@ -161,7 +173,7 @@ def explore(marginal: Callable, theta0, x0, max_iter: int = 50, tol: float = MOD
             if clipped and np.allclose(candidates[best], theta + step):
                 radius *= 4  # the whole clipped step improved: a mode farther away (a location)
             theta, x_ref, centre = candidates[best], cand_x[best], (cand_logp[best], cand_x[best])
-        elif decrement < 2 * tol and np.all(np.linalg.eigvalsh(neg) > 0):
+        elif decrement < 2 * tol and positive:
             # no step improves on a marginal this flat (round-off in the inner fits): the mode
             # is within the stencil's resolution
             return found()
