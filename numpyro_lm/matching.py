@@ -134,7 +134,7 @@ class LaplaceMatching:
             refine_max_iter=refine_max_iter, compiler_options=compiler_options, num_starts=num_starts,
             strategy=strategy, fallback=fallback, curvature=curvature, plate=plate)
         self.model = model
-        self._traced, self._result = TracedModels(model, self.options.bases, self.options.families), None
+        self._traced, self._result, self._given = TracedModels(model, self.options.bases, self.options.families), None, None
 
     def __getattr__(self, name):  # the options as attributes, as MCMC has them (lm.num_samples, lm.progress_bar)
         if name != "options" and name in Options._fields:
@@ -154,11 +154,12 @@ class LaplaceMatching:
         check_rng_key(rng_key)
         use_compilation_cache()  # a second process of the same script starts warm (runtime.compilation_cache)
         args, kwargs, info = self._traced.inputs(args, kwargs)
+        given = (args, kwargs)  # model_args / model_kwargs: as the user passed them, not the device copies
         args, kwargs = on_device(args, kwargs)
         check_init_params(init_params, info.layout)
         result = self.options.fit(self.model, info, rng_key, args, kwargs, init_params)
         diagnostics = result.diagnostics()  # before the object changes: a failed call leaves it as it was
-        self._result = result  # only a fit that passed its checks replaces the last one
+        self._result, self._given = result, given  # only a fit that passed its checks replaces the last one
         if not diagnostics["trusted"]:  # silence is not an answer
             warnings.warn(f"LaplaceMatching: {diagnostics['verdict']}", NotTrustedWarning, stacklevel=2)
         return self
@@ -307,13 +308,15 @@ class LaplaceMatching:
 
     @property
     def model_args(self) -> tuple:
-        """The model's positional arguments of the last fit."""
-        return self._require().args
+        """The model's positional arguments of the last fit (as passed to :meth:`run`)."""
+        result = self._require()
+        return result.args if result.batch is not None or self._given is None else tuple(self._given[0])
 
     @property
     def model_kwargs(self) -> dict:
-        """The model's keyword arguments of the last fit."""
-        return self._require().kwargs
+        """The model's keyword arguments of the last fit (as passed to :meth:`run`)."""
+        result = self._require()
+        return result.kwargs if result.batch is not None or self._given is None else dict(self._given[1])
 
     def site_gaussian(self, name: str):
         """``(mean, cov)`` of one site's basis coordinates (``cov`` over the flattened site)."""

@@ -39,6 +39,10 @@ def _spectrum_range(gaussian, args, kwargs):
     return eigenvalue_range(gaussian.curvature)
 
 
+def _scaled_condition(gaussian, args, kwargs):
+    return gaussian.curvature.scaled_condition()
+
+
 def _support_bounds(info, mean, args, kwargs):
     return info.support_bounds(mean, args, kwargs)
 
@@ -342,8 +346,12 @@ class Result:
             return np.where(low > 0, high / low, np.inf)
 
     def verdict_condition(self):
-        """The condition numbers the verdict judges the precision by (:meth:`condition_numbers`;
-        a nested fit's diagonal summary: its dense block's)."""
+        """The condition numbers the verdict judges the precision by: a dense curvature's scaled
+        precision's (:meth:`~numpyro_lm.curvature.DenseCurvature.scaled_condition`: what float32
+        resolves), else :meth:`condition_numbers` (a nested fit's diagonal summary: its dense block's)."""
+        if hasattr(self.gaussian.curvature, "scaled_condition"):
+            return np.atleast_1d(np.asarray(jax.device_get(self.unpad(
+                self.call(_scaled_condition, (), (self.gaussian,)))), np.float64))
         return self.condition_numbers()
 
     def verdicts(self) -> list:

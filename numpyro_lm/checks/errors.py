@@ -13,13 +13,9 @@ import jax
 import numpy as np
 
 from ..curvature import singular_floor
+from ..curvature.base import PEAKED
 
 __all__ = ["NotPositiveDefiniteError", "FitChecks", "fit_error", "convergence_warning", "check_fit", "not_positive_definite"]
-
-
-PEAKED = 1e12
-"""A curvature beyond this in the basis (posterior SDs of 1e-6) is no posterior's: a search run
-into a collapsing scale (the largest seen in a model with 2 10^6 observations was 5e5)."""
 
 
 class NotPositiveDefiniteError(ValueError):

@@ -32,7 +32,7 @@ def _data(n):
     (300, 1e-1, False),  # above n * eps * lambda_max = 8e-3: the factorisation cannot break down
     (20, 1e-2, False),   # 20 points: n * eps * lambda_max = 2e-5, far below the jitter
 ])
-def test_a_covariance_below_float32s_resolution_is_named_with_the_jitter_that_lifts_it(n, jitter, named):
+def test_a_covariance_below_float32s_resolution_is_named_with_the_jitter_that_lifts_it(x32, n, jitter, named):
     x, y = _data(n)
     model = lambda x, y: latent_gp(x, y, jitter)  # noqa: E731
     problem = prior_covariance_problem(model_info(model, (x, y), {}), (x, y), {})
@@ -44,7 +44,7 @@ def test_a_covariance_below_float32s_resolution_is_named_with_the_jitter_that_li
 
 
 @pytest.mark.slow  # a 300-point latent GP fit that fails part way: CI=true and make test-all
-def test_the_failed_fit_raises_the_named_cause():
+def test_the_failed_fit_raises_the_named_cause(x32):
     x, y = _data(300)
     with pytest.raises(PriorCovarianceError, match=r"site 'f'.*Add a jitter of at least"):
         LaplaceMatching(latent_gp, progress_bar=False).run(jax.random.PRNGKey(0), x, y)

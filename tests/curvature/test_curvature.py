@@ -221,3 +221,30 @@ def test_lowrank_update_flags_a_direction_that_is_not_positive():
     other = np.asarray(base.inv_sqrt(jnp.asarray(np.linalg.qr(np.c_[c.y, np.eye(base.dim)[:, :1]])[0][:, 1])))
     np.testing.assert_allclose(np.asarray(fixed.precision) @ other, np.asarray(c.precision) @ other, rtol=1e-10,
                                atol=1e-10)
+
+
+def test_dense_curvature_resolves_a_badly_scaled_precision_in_float32(x32):
+    """Coordinates on scales 1e-3 to 1e3 around a well-conditioned correlation: H's condition
+    number is 1e12, far beyond float32, its Jacobi-scaled D H D's about 10. The unscaled
+    eigendecomposition called H singular (eigenvalues below sqrt(D) eps max are zero);
+    the scaled one gives every variance to float32's precision."""
+    corr = np.array([[1.0, 0.5, 0.2], [0.5, 1.0, 0.3], [0.2, 0.3, 1.0]])
+    scales = np.array([1e-3, 1.0, 1e3])
+    h64 = corr / scales[:, None] / scales[None, :]  # the precision of a covariance s_i s_j R^-1_ij
+    c = DenseCurvature.from_precision(jnp.asarray(h64, jnp.float32))
+    assert c.eigenvalues.dtype == jnp.float32 and bool(c.positive())
+    exact = np.diag(np.linalg.inv(h64))
+    # float32 round-off times the scaled condition number (about 10): 1e-5 relative
+    np.testing.assert_allclose(np.asarray(c.variance(), np.float64), exact, rtol=1e-5)
+    np.testing.assert_allclose(float(c.logdet()), np.linalg.slogdet(h64)[1], rtol=1e-5)
+    np.testing.assert_allclose(float(c.scaled_condition()), np.linalg.cond(corr), rtol=1e-4)
+    eigenvalues = np.linalg.eigvalsh(h64)
+    with np.errstate(divide="ignore"):
+        unscaled_floor = np.sqrt(3) * np.finfo(np.float32).eps * eigenvalues[-1]
+    assert eigenvalues[0] < unscaled_floor  # what an unscaled float32 decomposition could not resolve
+
+
+def test_a_curvature_beyond_peaked_is_not_positive():
+    """A search run into a collapsing scale (a funnel): scaling would make its Hessian look fine."""
+    c = DenseCurvature.from_precision(jnp.diag(jnp.array([1e13, 0.5])))
+    assert not bool(c.positive())

@@ -146,19 +146,12 @@ def explore(marginal: Callable, theta0, x0, max_iter: int = 50, tol: float = MOD
             h = np.maximum(h / 4, MIN_STENCIL)
             continue
         x_ref, centre = xs[0], (logp[0], xs[0])
-        grad, hess = _derivatives(logp, h, d)
-        neg = -hess
-        eigval, eigvec = np.linalg.eigh(neg)
-        # saddle-free: curvature magnitudes, floored
-        eigval = np.maximum(np.abs(eigval), 1e-6 * max(1.0, np.max(np.abs(eigval))))
-        step = eigvec @ ((eigvec.T @ grad) / eigval)
-        decrement = float(np.sqrt(grad @ step))
-        sd = np.sqrt(np.diag((eigvec / eigval) @ eigvec.T))
+        grad, neg, step, decrement, sd, positive = _newton_step(logp, h, d)
+
         def found(last_step=np.zeros(d)):  # the quadratic model's maximum: log p~ + g.step / 2 there
             return ModeSearch(theta + last_step, neg, x_ref, float(logp[0] + 0.5 * grad @ last_step), decrement,
                               float(np.max(np.abs(grad))), it, evaluations)
 
-        positive = bool(np.all(np.linalg.eigvalsh(neg) > 0))
         stalled += int(decrement < 2 * tol and positive)
         if (decrement < tol and positive) or stalled >= STALLED_ITERATIONS:
             return found(step)
@@ -183,6 +176,20 @@ def explore(marginal: Callable, theta0, x0, max_iter: int = 50, tol: float = MOD
         f"the mode of the hyperparameters' Laplace marginal was not found in {max_iter} iterations "
         f"(last Newton step {decrement:.2e} SDs); the marginal may be improper (check the priors)."
     )
+
+
+def _newton_step(logp, h, d: int):
+    """``(gradient, negative Hessian, saddle-free Newton step, its decrement in SDs, the
+    posterior SDs, whether the negative Hessian is positive definite)`` from the stencil's values."""
+    grad, hess = _derivatives(logp, h, d)
+    neg = -hess
+    eigval, eigvec = np.linalg.eigh(neg)
+    positive = bool(np.all(eigval > 0))
+    # saddle-free: curvature magnitudes, floored
+    eigval = np.maximum(np.abs(eigval), 1e-6 * max(1.0, np.max(np.abs(eigval))))
+    step = eigvec @ ((eigvec.T @ grad) / eigval)
+    sd = np.sqrt(np.diag((eigvec / eigval) @ eigvec.T))
+    return grad, neg, step, float(np.sqrt(grad @ step)), sd, positive
 
 
 def _fitted_centre(at: Callable, theta):
