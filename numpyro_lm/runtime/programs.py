@@ -279,14 +279,16 @@ def in_float64(run: Callable, arrays, args=(), kwargs=None):
         wide = (jax.tree.map(up, arrays), *jax.tree.map(lambda a: up(a, True), (tuple(args), dict(kwargs or {}))))
         try:
             return jax.device_get(run(*wide))
-        except ValueError as error:
-            if "Cannot lower jaxpr" not in str(error):
+        except (ValueError, jax.errors.JaxRuntimeError) as error:
+            if not any(m in str(error) for m in ("Cannot lower jaxpr", "floating point types of different precisions")):
                 raise
-    # jaxlib 0.10 lowers a NumPy array the model closes over (global data) with the dtype it
-    # had when first compiled in float32, which float64 programs then reject
-    warnings.warn("the model closes over NumPy arrays (data held in a global or a closure), which JAX cannot "
-                  "compile in float64 after float32: this part ran in float32. Pass the data as arguments of "
-                  "the model (model(x, y=None), run(key, x, y=y)) to keep float64 here.", stacklevel=3)
+    # jaxlib 0.10 lowers a NumPy array the model closes over (global data, a Dirichlet's
+    # concentration) with the dtype it had when first compiled in float32, which float64
+    # programs then reject: as a lowering error, or as XLA's verifier's "mixed precision"
+    warnings.warn("the model closes over NumPy arrays (data or constants held in a global or a closure), which "
+                  "JAX cannot compile in float64 after float32: this part ran in float32. Pass the data as "
+                  "arguments of the model (model(x, y=None), run(key, x, y=y)) and write constants as "
+                  "jax.numpy arrays (jnp.asarray) to keep float64 here.", stacklevel=3)
     return jax.device_get(run(arrays, args, kwargs))
 
 

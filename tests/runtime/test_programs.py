@@ -125,3 +125,24 @@ def test_data_converted_earlier_in_float32_still_runs_in_float64():
                          timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert np.all(np.isfinite([float(v) for v in out.stdout.split()[-2:]]))
+
+
+def test_a_model_closing_over_a_float64_numpy_constant_is_answered_with_a_warning(x32):
+    """NumPyro's Dirichlet test model: the concentration a float64 NumPy array in a closure. The
+    verdict's float64 program then failed XLA's verifier ("floating point types of different
+    precisions"); it runs in float32 instead, with a warning that says what to change."""
+    import numpyro
+    import numpyro.distributions as dist
+
+    from numpyro_lm import LaplaceMatching
+
+    concentration, data = np.array([1.0, 1.0, 1.0]), np.array([0, 1, 1, 2, 2, 2, 1, 0, 2, 2])
+
+    def model():
+        p = numpyro.sample("p", dist.Dirichlet(concentration))
+        numpyro.sample("obs", dist.Categorical(p), obs=data)
+
+    with pytest.warns(UserWarning, match="closes over NumPy arrays .* constants as jax.numpy arrays"):
+        lm = LaplaceMatching(model, progress_bar=False).run(jax.random.PRNGKey(0))
+    # Dirichlet-categorical: the posterior is Dirichlet(1 + counts), which LM's Dirichlet matches exactly
+    np.testing.assert_allclose(lm.posterior["p"].concentration, [3.0, 4.0, 6.0], rtol=1e-4)
