@@ -84,8 +84,11 @@ class DenseCurvature(NamedTuple):
         return jnp.where(w > singular_floor(w), 1.0 / w, jnp.nan)
 
     def positive(self):
-        # the scaled eigenvalues' floor, and no curvature beyond PEAKED (a collapsing scale)
-        peaked = jnp.max(jnp.abs(jnp.diagonal(self.precision))) > PEAKED
+        # the scaled eigenvalues' floor, and no curvature beyond PEAKED (a collapsing scale) where
+        # the diagonal spans more than the precision resolves (as an unscaled decomposition saw it)
+        diagonal = jnp.abs(jnp.diagonal(self.precision))
+        largest = jnp.max(diagonal)
+        peaked = (largest > PEAKED) & (jnp.min(diagonal) < singular_floor(diagonal))
         return jnp.all(self.eigenvalues > singular_floor(self.eigenvalues)) & ~peaked
 
     def solve(self, v):

@@ -35,8 +35,8 @@ draws. Its fixed-draw optimum differs from the exact bound's by :math:`O(1/S)`. 
 :math:`\sum\log|r_i|`, :math:`\log|\det C_{LA}| + \log|1 + v^\top C_{LA}^{-1} u|` (matrix
 determinant lemma), :math:`\sum \log\sigma_i`.
 
-:math:`C_{LA} = S` is the Laplace curvature's square root (``inv_sqrt``:
-:math:`S S^\top = \Sigma_{LA}`); the paper takes the Cholesky factor, another root of the
+:math:`C_{LA} = S = Q\,\mathrm{diag}(w^{-1/2})` is the Laplace curvature's square root from its
+eigendecomposition (``spectrum``: :math:`S S^\top = \Sigma_{LA}`); the paper takes the Cholesky factor, another root of the
 same covariance (the Gaussians reachable are the same). The refinement needs a dense
 root: it is meant for models of up to a few thousand coordinates.
 """
@@ -80,8 +80,12 @@ def _roots(method: str, gaussian: Gaussian, noise):
     """``(initial parameters, params -> (mean, C, log|det C|))`` of a refinement."""
     curv = gaussian.curvature
     d = gaussian.mean.shape[-1]
-    root = curv.inv_sqrt(jnp.eye(d, dtype=gaussian.mean.dtype)).T  # S, S S' = H^-1
-    log_det_root = -0.5 * curv.logdet()
+    # S = Q diag(w^-1/2) from H's own eigendecomposition (S S' = H^-1): the root fixes which
+    # Gaussians C_LA + u v' reaches, so it is the same whatever the curvature stores (a dense
+    # curvature decomposes its Jacobi-scaled form, whose root is another)
+    w_la, q_la = curv.spectrum()
+    root = q_la / jnp.sqrt(w_la)
+    log_det_root = -0.5 * jnp.sum(jnp.log(w_la))
 
     if method == "mean":
         return gaussian.mean, lambda p: (p, root, log_det_root)
@@ -96,7 +100,7 @@ def _roots(method: str, gaussian: Gaussian, noise):
 
         def unpack(p):
             u, v = p[d : 2 * d], p[2 * d :]
-            lemma = 1.0 + v @ curv.whiten(u)  # det(S + u v') = det S (1 + v' S^-1 u)
+            lemma = 1.0 + v @ ((u @ q_la) * jnp.sqrt(w_la))  # det(S + u v') = det S (1 + v' S^-1 u)
             return p[:d], root + jnp.outer(u, v), log_det_root + jnp.log(jnp.abs(lemma))
 
         return jnp.concatenate([gaussian.mean, uv]), unpack

@@ -244,7 +244,11 @@ def test_dense_curvature_resolves_a_badly_scaled_precision_in_float32(x32):
     assert eigenvalues[0] < unscaled_floor  # what an unscaled float32 decomposition could not resolve
 
 
-def test_a_curvature_beyond_peaked_is_not_positive():
-    """A search run into a collapsing scale (a funnel): scaling would make its Hessian look fine."""
-    c = DenseCurvature.from_precision(jnp.diag(jnp.array([1e13, 0.5])))
-    assert not bool(c.positive())
+def test_a_curvature_beyond_peaked_is_not_positive_where_the_precision_cannot_span_it(x32):
+    """A search run into a collapsing scale (a funnel): scaling would make its Hessian look fine.
+    Beyond PEAKED and with a diagonal wider than float32 resolves, it is refused as an unscaled
+    decomposition refused it; in float64 the same diagonal is within resolution (and was answered)."""
+    assert not bool(DenseCurvature.from_precision(jnp.diag(jnp.array([1e13, 0.5]))).positive())
+    assert bool(DenseCurvature.from_precision(jnp.diag(jnp.array([1e11, 0.5]))).positive())  # below PEAKED
+    with jax.enable_x64(True):
+        assert bool(DenseCurvature.from_precision(jnp.diag(jnp.array([1e13, 0.5], jnp.float64))).positive())
