@@ -101,9 +101,24 @@ def main(names):
               f"{sum(r['outcome'] == 'trusted' for r in ran)}; trusted yet more than 0.3 SD from a NUTS reference "
               f"without divergences: {wrong or 'none'}, from one with divergences: {doubtful or 'none'}; "
               f"non-finite draws: {[r['name'] for r in ran if not r['finite']] or 'none'}."]
-    print(lines[-1])
+    lines.append(verdict_rates(ran))
+    print("\n".join(lines[-2:]))
     if list(names) == list(NAMES):
         write_results("third_party", "\n".join(lines), "models.md")
+
+
+def verdict_rates(ran) -> str:
+    """The verdict against the references without divergences, by the gap in means: false alarms
+    (untrusted within 0.10 SD) and misses (trusted beyond 0.30 SD)."""
+    clean = [r for r in ran if r.get("gap") is not None and r["divergences"] == 0]
+    close = [r for r in clean if r["gap"] <= 0.10]
+    alarms = [f"{r['name']} ({r['gap']:.2f})" for r in close if r["outcome"] != "trusted"]
+    far = [r for r in clean if r["gap"] > 0.30]
+    misses = [r["name"] for r in far if r["outcome"] == "trusted"]
+    return (f"- The verdict against the {len(clean)} references without divergences: untrusted while within 0.10 SD "
+            f"of NUTS's means (false alarms by this measure): {len(alarms)} of {len(close)} "
+            f"({len(alarms) / max(len(close), 1):.0%}): {', '.join(alarms) or 'none'}; trusted while more than 0.30 "
+            f"SD off (misses): {len(misses)} of {len(far)}: {', '.join(misses) or 'none'}.")
 
 
 if __name__ == "__main__":

@@ -142,6 +142,11 @@ def summary(results) -> list:
     bad = [r for r in ran if r["lm"]["worst"][2] > BAD]
     lines.append(f"- LM W1/sd > {BAD:.2f}: " + (", ".join(
         f"{r['name']} ({r['lm']['worst'][2]:.2f}, trusted {cell(r['lm']['trusted'])})" for r in bad) or "none") + ".")
+    alarms = [f"{r['name']} ({r['lm']['worst'][2]:.3f})" for r in good if r["lm"]["trusted"] is not True]
+    misses = [r["name"] for r in bad if r["lm"]["trusted"] is True]
+    lines.append(f"- The verdict: untrusted while within {GOOD:.2f} W1/sd (false alarms): {len(alarms)} of {len(good)}"
+                 f"{': ' + ', '.join(alarms) if alarms else ''}; trusted while above {BAD:.2f} (misses): "
+                 f"{len(misses)} of {len(bad)}{': ' + ', '.join(misses) if misses else ''}.")
     failed = [r for r in results if "error" in r["lm"]]
     if failed:
         lines.append("- LM raised: " + ", ".join(r["name"] for r in failed) + ".")
