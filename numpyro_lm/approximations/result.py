@@ -18,6 +18,7 @@ import copy
 from typing import Optional
 
 import jax
+import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 import numpy as np
 from numpyro.distributions.distribution import validation_enabled
@@ -36,11 +37,11 @@ __all__ = ["Result", "verdict_draws", "diagnostic_samples", "WORK_BUDGET"]
 
 
 def _spectrum_range(gaussian, args, kwargs):
-    return eigenvalue_range(gaussian.curvature)
-
-
-def _scaled_condition(gaussian, args, kwargs):
-    return gaussian.curvature.scaled_condition()
+    """``(lowest, highest, scaled condition number)``: the last a dense curvature's (``inf``: none)."""
+    curvature = gaussian.curvature
+    low, high = eigenvalue_range(curvature)
+    scaled = curvature.scaled_condition() if hasattr(curvature, "scaled_condition") else jnp.full_like(low, jnp.inf)
+    return low, high, scaled
 
 
 def _support_bounds(info, mean, args, kwargs):
@@ -334,6 +335,10 @@ class Result:
 
     def spectrum_range(self):
         """``(lowest, highest)`` eigenvalue of the curvature, host arrays of one entry per data set."""
+        return self._spectrum_and_scaled()[:2]
+
+    def _spectrum_and_scaled(self):
+        """:meth:`spectrum_range` and a dense curvature's scaled condition number, from one program."""
         if self._spectrum is None:
             self._spectrum = tuple(np.atleast_1d(np.asarray(a, np.float64)) for a in jax.device_get(self.unpad(
                 self.call(_spectrum_range, (), (self.gaussian,)))))
@@ -350,8 +355,7 @@ class Result:
         precision's (:meth:`~numpyro_lm.curvature.DenseCurvature.scaled_condition`: what float32
         resolves), else :meth:`condition_numbers` (a nested fit's diagonal summary: its dense block's)."""
         if hasattr(self.gaussian.curvature, "scaled_condition"):
-            return np.atleast_1d(np.asarray(jax.device_get(self.unpad(
-                self.call(_scaled_condition, (), (self.gaussian,)))), np.float64))
+            return self._spectrum_and_scaled()[2]
         return self.condition_numbers()
 
     def verdicts(self) -> list:
