@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..checks.data import observed_data_problem
+from ..checks.covariance import failure_cause
 from ..checks.boundary import boundary_hyperparameters, boundary_message
 from ..checks.errors import FitChecks, check_fit, convergence_warning, fit_error
 from ..checks.verdict import distinct_modes
@@ -238,8 +238,8 @@ def _check(result: JointResult, fetched, on_failure: str):
     for i, c in zip(rows, result.checks(fetched, rows)):
         i = int(i)
         error = fit_error(layout, c, lambda i=i: take(result.state.curvature, i), data_set=i)
-        if error is not None and not c.finite:  # the data's fault, named as run() names it
-            problem = observed_data_problem(result.info, *take_inputs(result.args, result.kwargs, result.batch.axes, i))
+        if error is not None and not c.finite:  # the cause named as run() names it
+            problem = failure_cause(result.info, *take_inputs(result.args, result.kwargs, result.batch.axes, i))
             error = error if problem is None else type(problem)(f"data set {i}: {problem}")
         if error is not None and on_failure == "raise":
             raise error

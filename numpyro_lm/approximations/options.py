@@ -14,8 +14,7 @@ from typing import Callable, NamedTuple, Optional
 
 import jax.numpy as jnp
 
-from ..checks.covariance import prior_covariance_problem
-from ..checks.data import observed_data_problem
+from ..checks.covariance import failure_cause
 from ..checks.validation import check_count, check_settings
 from ..core.curvature_choice import CURVATURES, StructureError, check_dense_memory, curvature_candidates
 from ..core.starts import default_starts
@@ -85,8 +84,7 @@ class Options(NamedTuple):
         try:
             result = self._first_structure(info, candidates, rng_key, args, kwargs, init_params, common)
         except Exception as error:
-            # the data's fault, named, where it is; else a prior covariance float32 cannot factorise
-            problem = observed_data_problem(info, args, kwargs) or prior_covariance_problem(info, args, kwargs)
+            problem = failure_cause(info, args, kwargs)  # the data's fault, named where it is, or the prior's
             if problem is not None:
                 raise problem from error
             raise

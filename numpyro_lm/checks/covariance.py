@@ -14,7 +14,8 @@ fit fails somewhere along the way with a log density that is not finite.
 latent sites at the fit's starting point and names the first whose condition number exceeds
 what the precision factorises for certain, with the jitter that lifts its smallest
 eigenvalues above their round-off. It runs on failure only,
-beside :func:`~numpyro_lm.checks.data.observed_data_problem`. The library does not add jitter
+after :func:`~numpyro_lm.checks.data.observed_data_problem` (:func:`failure_cause`, which
+every fit's failure path asks). The library does not add jitter
 itself: that would change the model in silence.
 """
 
@@ -28,8 +29,9 @@ from numpyro.distributions import MultivariateNormal
 from numpyro.distributions.distribution import validation_enabled
 
 from ..core.starts import origin_point
+from .data import observed_data_problem
 
-__all__ = ["PriorCovarianceError", "prior_covariance_problem"]
+__all__ = ["PriorCovarianceError", "prior_covariance_problem", "failure_cause"]
 
 SAFETY = 10.0
 """The jitter suggested: this many times ``eps lambda_max``, the eigenvalues' round-off (on the
@@ -84,3 +86,10 @@ def prior_covariance_problem(info, args, kwargs) -> Optional[PriorCovarianceErro
     except Exception:  # noqa: BLE001 - a diagnosis that cannot run leaves the original error
         return None
     return None
+
+
+def failure_cause(info, args, kwargs) -> Optional[ValueError]:
+    """The named cause behind a fit that failed, where one is found: the observed data's
+    (:func:`~numpyro_lm.checks.data.observed_data_problem`), else a prior covariance the
+    precision cannot factorise (:func:`prior_covariance_problem`)."""
+    return observed_data_problem(info, args, kwargs) or prior_covariance_problem(info, args, kwargs)

@@ -66,7 +66,7 @@ from numpyro.infer.hmc import hmc
 from numpyro.infer.mcmc import MCMCKernel
 from numpyro.util import is_prng_key
 
-from ..checks.data import observed_data_problem
+from ..checks.covariance import failure_cause
 from ..checks.validation import check_init_params
 from ..core.model import model_info
 from ..core.trace import site_values
@@ -299,7 +299,7 @@ class LaplaceNUTS(MCMCKernel):
         theta0, ok = self._programs["first_mode"](phi0, theta_start)
         if not isinstance(ok, jax.core.Tracer):  # checkable outside mapped chains
             if not bool(ok):
-                problem = observed_data_problem(self._info, *self._args)  # the data's fault, named where it is
+                problem = failure_cause(self._info, *self._args)  # the data's or the prior's, named as run() names it
                 if problem is not None:
                     raise problem
                 raise FloatingPointError("LaplaceNUTS: the conditional mode of the latent field at the initial "
