@@ -25,15 +25,16 @@ from numpyro.distributions.distribution import validation_enabled
 
 from ..checks.psis import KHAT_OK, importance_resample, khat_verdict, psis
 from ..checks.verdict import judge_fits
+from ..checks.wide import WIDE_MAX_DIM, WideCheck, student_t_draws, wide_shifts
 from ..curvature import eigenvalue_range
 from ..posterior.matched import MatchedPosterior, site_distribution
 from ..runtime.batch import Batch, take, take_inputs
 from ..runtime.programs import in_float64, options_for_work, program
 from ..runtime.random import host_generator, split_chains
-from .joint_fit import largest_intermediate
+from .joint_fit import constrained, largest_intermediate, log_densities
 from .summary import diagnostics_of, print_summary
 
-__all__ = ["Result", "verdict_draws", "diagnostic_samples", "WORK_BUDGET"]
+__all__ = ["Result", "verdict_draws", "diagnostic_samples", "WORK_BUDGET", "second_opinion"]
 
 
 def _spectrum_range(gaussian, args, kwargs):
@@ -116,6 +117,7 @@ class Result:
         self._num_diagnostic_samples = None
         self._draws, self._weights = {}, {}
         self._posterior = self._mode_trace = self._refused = self._spectrum = self._verdicts = None
+        self._wide = None
         self.trail = None  # the auto-pilot's attempts (autopilot.Attempt) where it chose this fit: with_trail
 
     @property
@@ -370,8 +372,21 @@ class Result:
             self._verdicts = judge_fits(self.info.layout, [weights] if self.batch is None else weights, samples,
                                         mean, self.fit_diagnostics(), self.verdict_condition(),
                                         self.structure_reasons, batched=self.batch is not None, given_shift=given,
-                                        collapsed=self.collapsed_weights)
+                                        collapsed=self.collapsed_weights, wide=self._second_opinion())
         return self._verdicts
+
+    def _second_opinion(self):
+        """``i -> WideCheck`` (:mod:`numpyro_lm.checks.wide`) for one data set of at most
+        :data:`~numpyro_lm.checks.wide.WIDE_MAX_DIM` coordinates whose weights are not collapsed; else None."""
+        if self.batch is not None or self.collapsed_weights or self.info.size > WIDE_MAX_DIM:
+            return None
+        return lambda i: self.wide_check()
+
+    def wide_check(self) -> Optional[WideCheck]:
+        """The Student-t second opinion of this fit (:func:`second_opinion`), computed once."""
+        if self._wide is None:
+            self._wide = second_opinion(self)
+        return self._wide
 
     def diagnostics(self) -> dict:
         """The fit's diagnostics and verdict (:func:`~.summary.diagnostics_of`)."""
@@ -380,3 +395,22 @@ class Result:
     def print_summary(self, prob: float = 0.9, exclude_deterministic: bool = True):
         """The draws' summary as MCMC prints it, then the fit's diagnostics (:func:`~.summary.print_summary`)."""
         print_summary(self, prob, exclude_deterministic)
+
+
+def second_opinion(result) -> Optional[WideCheck]:
+    """The Student-t second opinion of ``result`` (one data set; :mod:`numpyro_lm.checks.wide`): as many
+    draws as its verdict's, their float64 log densities and constrained values, against its own draws
+    (``None`` where ``q``'s covariance is not positive definite)."""
+    n = result.num_diagnostic_samples
+    rng = host_generator(jax.random.fold_in(result.rng_key, 7))
+    mean, cov = jax.device_get((result.gaussian.mean, result.gaussian.cov))
+    made = student_t_draws(rng, mean, cov, n, jnp.result_type(float))
+    if made is None:
+        return None
+    flat, log_t = jax.device_put(made[0]), made[1]
+    log_p = np.asarray(result.call(log_densities, (result.info,), (flat,), float64=True, points=n), np.float64)
+    weights = psis(log_p, log_t, noise=np.sqrt(np.finfo(np.float64).eps) * (1.0 + np.max(np.abs(log_t))))
+    t_samples = jax.device_get(result.call(constrained, (result.info,), (flat,), points=n))
+    q_samples = jax.device_get(result.draws(n)[0])
+    shift = wide_shifts([s.name for s in result.info.layout.sites], q_samples, t_samples, weights.log_weights)
+    return WideCheck(float(weights.khat), float(weights.ess), n, shift)

@@ -17,6 +17,10 @@ words a user can act on):
    off even though ``p/q`` is well behaved (e.g. the joint-vs-marginal offset of a noise
    scale), which a k-hat alone misses: adding well-identified coordinates leaves ``p/q``
    and its k-hat unchanged but not the user's error.
+   Where the k-hat of ``q``'s own weights is above its threshold, a second opinion may
+   still measure these shifts: importance sampling from a Student-t with ``q``'s location and
+   scale (:mod:`numpyro_lm.checks.wide`), whose tails reach where ``q``'s do not. If its own
+   k-hat is within the threshold, its shifts decide; if not, the k-hat's reason stands.
 3. **The fit is sound**: the mode search converged, the curvature is positive definite
    and not ill-conditioned for the precision, and no coordinate's mode sits at the edge of
    its support (a scale collapsing to zero, a probability to one).
@@ -27,9 +31,11 @@ so float32 round-off can neither fake a tail nor hide one.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import numpy as np
+
+from .wide import WIDE_DF, WideCheck
 
 __all__ = ["NotTrustedWarning", "SHIFT_TRUSTED", "EDGE", "Verdict", "khat_threshold", "importance_shift", "judge",
            "verdict_sentence", "NUTS_HINT", "distinct_modes", "MODE_DISTANCE", "MODE_MASS", "judge_fits",
@@ -86,6 +92,9 @@ class Verdict(NamedTuple):
     :param shift: ``{site: worst importance-estimated W1 / SD over its coordinates}``.
     :param near_uniform: the weights' k-hat was above its threshold and not counted
         (:data:`NEAR_UNIFORM_ESS`).
+    :param wide_khat: the k-hat of the Student-t second opinion (:mod:`numpyro_lm.checks.wide`)
+        where the weights' own k-hat was above its threshold and the second opinion's was not,
+        so that its shifts were judged (``NaN`` otherwise).
     """
 
     trusted: bool
@@ -93,6 +102,7 @@ class Verdict(NamedTuple):
     khat_threshold: float
     shift: dict
     near_uniform: bool = False  # k-hat above its threshold, not counted: NEAR_UNIFORM_ESS
+    wide_khat: float = float("nan")  # the Student-t second opinion's k-hat where it decided (checks.wide)
 
 
 def khat_threshold(num_samples: int) -> float:
@@ -160,7 +170,7 @@ def distinct_modes(starts, mode, sd, layout) -> list:
 
 def judge(khat: float, num_samples: int, ess: float, shift: dict, *, converged: bool = True,
           positive: bool = True, condition: float = 1.0, precision_eps: float = np.finfo(np.float32).eps,
-          edge_sites=(), structure=(), near_uniform_ok: bool = False) -> Verdict:
+          edge_sites=(), structure=(), near_uniform_ok: bool = False, wide: Optional[WideCheck] = None) -> Verdict:
     """The :class:`Verdict` of one fit (module docstring).
 
     :param khat: the Pareto k-hat of ``p/q`` over ``num_samples`` draws, with importance ``ess``.
@@ -173,6 +183,9 @@ def judge(khat: float, num_samples: int, ess: float, shift: dict, *, converged: 
     :param structure: other reasons found in the fit's structure (:func:`distinct_modes`).
     :param near_uniform_ok: weights over a few coordinates, whose k-hat does not count where
         their ESS is at least :data:`NEAR_UNIFORM_ESS` of the draws.
+    :param wide: the Student-t second opinion (:class:`~numpyro_lm.checks.wide.WideCheck`), used
+        where ``khat`` is above its threshold and the second opinion's is not: its two-sample shifts
+        are judged with their noise from both samples.
     """
     reasons = []
     if not converged:
@@ -186,20 +199,32 @@ def judge(khat: float, num_samples: int, ess: float, shift: dict, *, converged: 
     reasons.extend(structure)
     threshold = khat_threshold(num_samples)
     uniform = bool(near_uniform_ok and not khat <= threshold and np.isfinite(khat) and near_uniform(ess, num_samples))
+    wide_khat = float("nan")
     if not khat <= threshold and not uniform:
-        reasons.append(f"k-hat {khat:.2f} > {threshold:.2f} ({num_samples} draws): the approximation misses "
-                       "part of the posterior (a heavy tail, a second mode or a funnel)")
+        second = wide is not None and wide.khat <= khat_threshold(wide.num_samples)
+        if not second:
+            reasons.append(f"k-hat {khat:.2f} > {threshold:.2f} ({num_samples} draws): the approximation misses "
+                           "part of the posterior (a heavy tail, a second mode or a funnel)")
+        else:
+            # the two samples' W1 carries the noise of both (shift_noise of each, added in quadrature)
+            shift, wide_khat = dict(wide.shift), float(wide.khat)
+            limit = SHIFT_TRUSTED + float(np.hypot(shift_noise(wide.ess), shift_noise(num_samples)))
+            off = [f"{site!r} by {value:.2f} SD" for site, value in shift.items() if value > limit]
+            if off:
+                reasons.append(f"k-hat {khat:.2f} > {threshold:.2f}, and importance sampling from a Student-t with "
+                               f"q's location and scale (k-hat {wide.khat:.2f}) places marginals away from q's: "
+                               f"{', '.join(off)} (more than {limit:.2f}): they are off")
     else:
         limit = SHIFT_TRUSTED + shift_noise(ess)
         for site, value in shift.items():
             if value > limit:
                 reasons.append(f"reweighting towards the posterior moves site {site!r} by {value:.2f} SD "
                                f"(more than {limit:.2f}): its marginal is off")
-    return Verdict(not reasons, tuple(reasons), threshold, dict(shift), uniform)
+    return Verdict(not reasons, tuple(reasons), threshold, dict(shift), uniform, wide_khat)
 
 
 def judge_fits(layout, weights: list, samples: dict, mean, fit: dict, condition, structure_reasons, *,
-               batched: bool = False, given_shift=None, collapsed: bool = False) -> list:
+               batched: bool = False, given_shift=None, collapsed: bool = False, wide=None) -> list:
     """:func:`judge` for each data set of a fit: ``weights`` its PSIS (one per data set), ``samples``
     the weighted draws ``{site: array}`` (a leading data-set axis where ``batched``), ``mean`` the
     Gaussian's mean, ``fit`` the fit's diagnostics (``converged``, ``positive_definite``: a number
@@ -209,7 +234,8 @@ def judge_fits(layout, weights: list, samples: dict, mean, fit: dict, condition,
     logit basis are at the edge of their support. ``given_shift``: ``{site: shift}`` the fit
     measured itself (one data set; a nested fit's scalar blocks), used for those sites in place
     of the draws' (which ``samples`` may then leave out). ``collapsed``: the weights are over a
-    few coordinates with the rest integrated out (``judge``'s ``near_uniform_ok``)."""
+    few coordinates with the rest integrated out (``judge``'s ``near_uniform_ok``). ``wide(i)``: data set
+    ``i``'s Student-t second opinion (``judge``'s ``wide``), asked for only where its k-hat fails."""
     given_shift = dict(given_shift or {})
     eps = float(np.finfo(np.asarray(mean).dtype).eps)
     mean = np.asarray(mean).astype(np.float64).reshape(len(weights), -1)
@@ -232,8 +258,17 @@ def judge_fits(layout, weights: list, samples: dict, mean, fit: dict, condition,
                               converged=bool(np.atleast_1d(fit["converged"])[i]),
                               positive=bool(np.atleast_1d(fit["positive_definite"])[i]),
                               condition=float(condition[i]), precision_eps=eps, edge_sites=edge,
-                              structure=structure_reasons(i), near_uniform_ok=collapsed))
+                              structure=structure_reasons(i), near_uniform_ok=collapsed,
+                              wide=_second_opinion(wide, i, w, collapsed)))
     return verdicts
+
+
+def _second_opinion(wide, i: int, weights, collapsed: bool):
+    """Data set ``i``'s :class:`~numpyro_lm.checks.wide.WideCheck` where ``weights``' k-hat fails (else None)."""
+    n = len(weights.log_weights)
+    if wide is None or weights.khat <= khat_threshold(n) or (collapsed and near_uniform(weights.ess, n)):
+        return None
+    return wide(i)
 
 
 def verdict_sentence(verdict: Verdict, khat: float, ess: float, tried=()) -> str:
@@ -243,6 +278,11 @@ def verdict_sentence(verdict: Verdict, khat: float, ess: float, tried=()) -> str
         worst = max(verdict.shift.values(), default=0.0)
         k = "-inf (the approximation is exact up to rounding)" if khat == -np.inf else f"{khat:.2f}"
         moved = "less than 0.01" if worst < 0.01 else f"at most {worst:.2f}"
+        if not np.isnan(verdict.wide_khat):
+            return (f"trusted: the importance weights' k-hat {k} is above {verdict.khat_threshold:.2f} (the posterior "
+                    f"has a tail q does not reach), but importance sampling from a Student-t with {WIDE_DF:.0f} "
+                    f"degrees of freedom and q's location and scale (k-hat {verdict.wide_khat:.2f}) places each "
+                    f"marginal {moved} SD from q's; the draws can be used as they are.")
         weights = (f"k-hat {k} <= {verdict.khat_threshold:.2f}" if not verdict.near_uniform else
                    f"the importance weights are nearly uniform (ESS {ess:.0f}: no reweighted mean can move by more "
                    f"than 0.1 SD, so their tail's k-hat {k} does not count)")
