@@ -24,6 +24,7 @@ from typing import Callable, Optional
 import jax
 import numpy as np
 
+from .approximations.across_processes import GATHER, fit_across_processes
 from .approximations.options import Options, checked_options
 from .checks.data import ObservedDataError
 from .checks.errors import NotPositiveDefiniteError
@@ -33,6 +34,7 @@ from .core.model import ModelInfo, TracedModels
 from .inference_data import to_inference_data
 from .runtime.batch import batch_of, pad, pad_inputs
 from .runtime.compilation_cache import use_compilation_cache
+from .runtime.distributed import is_multiprocess
 from .runtime.programs import BATCH_COMPILE, FAST_COMPILE, on_device, split_inputs
 from .runtime.random import num_pseudo_chains
 from .runtime.static_data import needs_concrete
@@ -166,7 +168,7 @@ class LaplaceMatching:
 
     def run_many(self, rng_key, *args, init_params: Optional[dict] = None, on_failure: str = "raise",
                  devices=None, batch_axes: Optional[tuple] = None, compiler_options: Optional[dict] = BATCH_COMPILE,
-                 **kwargs) -> "LaplaceMatching":
+                 gather: str = "all", **kwargs) -> "LaplaceMatching":
         """Fit B data sets of the model in one compiled, vmapped program.
 
         Every array argument carries a leading batch axis of size B (other arguments are
@@ -183,6 +185,13 @@ class LaplaceMatching:
             weights). The default, ``BATCH_COMPILE``, keeps LLVM's optimisations on: a
             batch's run time grows with B, its compile time does not (``benchmarks/batch.py``
             measures batches).
+        :param str gather: where JAX runs several processes (``jax.distributed.initialize``; every
+            process calls ``run_many`` with the same batch), each fits its share of the data sets
+            on its own devices (:mod:`numpyro_lm.approximations.across_processes`); ``"all"``
+            (default): afterwards every process holds every data set's results, as one process
+            would; ``"local"``: each keeps its own share's (:attr:`batch_indices`). A failed data
+            set is raised (or warned of) by every process, by its index in the whole batch. One
+            process: ignored.
         """
         check_rng_key(rng_key)
         if self.hyper is not None:  # refused before any work
@@ -190,6 +199,8 @@ class LaplaceMatching:
                              "yet: call run() per data set.")
         if on_failure not in ("raise", "warn"):
             raise ValueError(f'on_failure must be "raise" or "warn", not {on_failure!r}')
+        if gather not in GATHER:
+            raise ValueError(f'gather must be "all" or "local", not {gather!r}')
         use_compilation_cache()
         batch = batch_of(args, kwargs, batch_axes, devices)
         try:
@@ -201,6 +212,10 @@ class LaplaceMatching:
                              "needs one as a concrete value (a plate size from the data, np.unique, int(n)): call "
                              "run() per data set, or pass such values as Python numbers shared by the batch "
                              "(batch_axes=).") from error
+        if is_multiprocess():
+            self._result = fit_across_processes(self.options, info, batch, rng_key, args, kwargs, init_params,
+                                                compiler_options, on_failure, gather)
+            return self
         args, kwargs = pad_inputs(args, kwargs, batch)
         self._result = self.options.fit_batch(info, batch, rng_key, args, kwargs,
                                               None if init_params is None else pad(init_params, batch),
@@ -305,6 +320,14 @@ class LaplaceMatching:
         """B after :meth:`run_many`, ``None`` after :meth:`run`."""
         batch = self._require().batch
         return None if batch is None else batch.size
+
+    @property
+    def batch_indices(self) -> Optional[np.ndarray]:
+        """Which data sets of the batch this object holds, in order: all of them, or after
+        ``run_many(..., gather="local")`` across several processes this process's share;
+        ``None`` after :meth:`run`."""
+        batch = self._require().batch
+        return None if batch is None else np.arange(batch.offset, batch.offset + batch.size)
 
     @property
     def model_args(self) -> tuple:

@@ -152,7 +152,9 @@ def run_joint(info, options: FitOptions, rng_key, args, kwargs, init_params=None
     keys = rng_key
     if batch is not None:
         axes, mesh = batch.axes, batch.mesh
-        keys = pad(program(_split_keys, batch.size, compiler_options=compiler_options)((rng_key,)), batch)
+        # one key per data set of the whole batch, whichever process fits it (runtime.distributed)
+        keys = program(_split_keys, batch.whole or batch.size, compiler_options=compiler_options)((rng_key,))
+        keys = pad(keys if batch.whole is None else keys[batch.offset:batch.offset + batch.size], batch)
 
     def prog(fn, *static, vectorized=False):
         return program(fn, *static, compiler_options=compiler_options, axes=axes, mesh=mesh, vectorized=vectorized)
@@ -237,20 +239,30 @@ def _check(result: JointResult, fetched, on_failure: str):
     failed, unconverged = {}, []
     for i, c in zip(rows, result.checks(fetched, rows)):
         i = int(i)
-        error = fit_error(layout, c, lambda i=i: take(result.state.curvature, i), data_set=i)
+        named = i + result.batch.offset  # its index in the whole batch (a process's share: runtime.distributed)
+        error = fit_error(layout, c, lambda i=i: take(result.state.curvature, i), data_set=named)
         if error is not None and not c.finite:  # the cause named as run() names it
             problem = failure_cause(result.info, *take_inputs(result.args, result.kwargs, result.batch.axes, i))
-            error = error if problem is None else type(problem)(f"data set {i}: {problem}")
+            error = error if problem is None else type(problem)(f"data set {named}: {problem}")
         if error is not None and on_failure == "raise":
             raise error
         if error is not None:
-            failed[i] = str(error)
+            failed[named] = str(error)
         elif convergence_warning(c) is not None:
-            unconverged.append(i)
+            unconverged.append(named)
     if unconverged:
-        warnings.warn(f"the mode search did not converge on {len(unconverged)} of {result.batch.size} data sets "
+        warnings.warn(f"the mode search did not converge on {len(unconverged)} of {result.batch.size} data sets"
+                      f"{_of_whole(result.batch)} "
                       f"({unconverged[:10]}{' ...' if len(unconverged) > 10 else ''}); see diagnostics()['converged']. "
                       "Increase max_iter or use float64.", stacklevel=4)
     if failed:
-        warnings.warn(f"{len(failed)} of {result.batch.size} data sets failed and have no usable fit "
+        warnings.warn(f"{len(failed)} of {result.batch.size} data sets{_of_whole(result.batch)} failed and have no "
+                      "usable fit "
                       f"({sorted(failed)[:10]}); the first: {next(iter(failed.values()))}", stacklevel=4)
+
+
+def _of_whole(batch: Batch) -> str:
+    """Where a process fits a share of a batch: which share, for its warnings."""
+    if batch.whole is None:
+        return ""
+    return f" (this process's share, {batch.offset} to {batch.offset + batch.size - 1} of {batch.whole})"

@@ -104,7 +104,7 @@ def verdict_draws(info, args, kwargs, num_samples: int, batch: Optional[Batch] =
     work = info.size + info.layout.observed_size
     if batch is None:
         work = max(work, _largest_array(info, args, kwargs))
-    return diagnostic_samples(num_samples, info.size, 1 if batch is None else batch.padded, work)
+    return diagnostic_samples(num_samples, info.size, 1 if batch is None else batch.budget_size, work)
 
 
 class Result:
@@ -239,14 +239,19 @@ class Result:
         n = self.num_diagnostic_samples if num_samples is None else num_samples
         if n not in self._weights:
             flat = self.draws(n)[1]
-            log_p, log_q = self.unpad(self._new_weights(n, flat))
-            # constant up to the round-off of the precision they were computed in (float64)
-            eps = np.finfo(np.result_type(log_p.dtype, log_q.dtype)).eps
-            log_p, log_q = np.asarray(log_p, np.float64), np.asarray(log_q, np.float64)
-            rows = [psis(p, q, noise=np.sqrt(eps) * (1.0 + np.max(np.abs(p))))
-                    for p, q in zip(log_p.reshape(-1, n), log_q.reshape(-1, n))]
-            self._weights[n] = (log_p, log_q, rows[0] if self.batch is None else rows)
+            self.set_weights(n, *self.unpad(self._new_weights(n, flat)))
         return self._weights[n]
+
+    def set_weights(self, n: int, log_p, log_q):
+        """Keep the ``log p`` and ``log q`` of the first ``n`` draws (host arrays, one row per data
+        set of a batch) with their PSIS: :meth:`weights` computes them, a batch shared by several
+        processes gathers them (:mod:`.across_processes`)."""
+        # constant up to the round-off of the precision they were computed in (float64)
+        eps = np.finfo(np.result_type(log_p.dtype, log_q.dtype)).eps
+        log_p, log_q = np.asarray(log_p, np.float64), np.asarray(log_q, np.float64)
+        rows = [psis(p, q, noise=np.sqrt(eps) * (1.0 + np.max(np.abs(p))))
+                for p, q in zip(log_p.reshape(-1, n), log_q.reshape(-1, n))]
+        self._weights[n] = (log_p, log_q, rows[0] if self.batch is None else rows)
 
     def get_samples(self, num_samples=None, group_by_chain=False, resample=None, rng_key=None) -> dict:
         if resample is not None:

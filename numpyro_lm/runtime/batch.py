@@ -25,12 +25,29 @@ __all__ = ["Batch", "batch_of", "pad", "pad_inputs", "take", "take_inputs"]
 
 class Batch(NamedTuple):
     """How a batch of data sets is laid out: ``size`` data sets (``padded`` with the padding),
-    ``axes`` (per array argument, whether it is batched) and the device ``mesh`` (or None)."""
+    ``axes`` (per array argument, whether it is batched) and the device ``mesh`` (or None).
+
+    Where several processes share a batch (:mod:`.distributed`), these are one process's share:
+    data sets ``offset`` to ``offset + size`` of the ``whole`` batch (``None``: one process holds it
+    all), which name the data sets and size the verdict's draws as the whole batch would."""
 
     size: int
     padded: int
     axes: tuple
     mesh: Optional[object]
+    offset: int = 0
+    whole: Optional[int] = None
+
+    @property
+    def budget_size(self) -> int:
+        """The data sets a per-batch work budget is shared by: the whole batch's (padded where one process holds it)."""
+        return self.padded if self.whole is None else self.whole
+
+    def share(self, start: int, stop: int, whole: int) -> "Batch":
+        """This layout for data sets ``start`` to ``stop`` of ``whole`` (padded for the same mesh)."""
+        size = stop - start
+        multiple = 1 if self.mesh is None else self.mesh.devices.size
+        return self._replace(size=size, padded=size + (-size % multiple), offset=start, whole=whole)
 
 
 def batch_of(args, kwargs, axes: Optional[tuple] = None, devices=None) -> Batch:
