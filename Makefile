@@ -43,6 +43,8 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/refine.py
 	$(PY) benchmarks/nested.py
 	$(PY) benchmarks/batch.py
+	$(PY) benchmarks/processes.py
+	$(PY) benchmarks/placement.py
 	$(PY) benchmarks/trust.py
 	$(PY) benchmarks/third_party.py
 	$(PY) benchmarks/lm_gp.py

@@ -24,7 +24,7 @@ from typing import Callable, Optional
 import jax
 import numpy as np
 
-from .approximations.across_processes import GATHER, fit_across_processes
+from .approximations.across_processes import GATHER
 from .approximations.options import Options, checked_options
 from .checks.data import ObservedDataError
 from .checks.errors import NotPositiveDefiniteError
@@ -32,9 +32,9 @@ from .checks.validation import check_count, check_init_params, check_model, chec
 from .checks.verdict import NotTrustedWarning
 from .core.model import ModelInfo, TracedModels
 from .inference_data import to_inference_data
-from .runtime.batch import batch_of, pad, pad_inputs
+from .runtime.batch import batch_of
 from .runtime.compilation_cache import use_compilation_cache
-from .runtime.distributed import is_multiprocess
+from .runtime.placement import fit_device, placed
 from .runtime.programs import BATCH_COMPILE, FAST_COMPILE, on_device, split_inputs
 from .runtime.random import num_pseudo_chains
 from .runtime.static_data import needs_concrete
@@ -118,6 +118,9 @@ class LaplaceMatching:
         fit's inner fits from 1000 such numbers, and for the draws and the verdict's weights where they evaluate
         :data:`~numpyro_lm.runtime.programs.HEAVY_PROGRAM` numbers or more. ``BATCH_COMPILE``
         also suits expensive log densities and many refits; ``None``: XLA's defaults.
+    :param device: where the fit runs (:mod:`numpyro_lm.runtime.placement`): ``"auto"`` (default) the
+        host CPU for small models even where an accelerator is JAX's default device, else the default
+        device; ``"cpu"``, ``"default"`` or a :class:`jax.Device`.
     """
 
     def __init__(self, model: Callable, *, num_samples: int = 1000, bases: Optional[dict] = None,
@@ -126,7 +129,8 @@ class LaplaceMatching:
                  newton_max_dim: int = 1000, progress_bar: bool = True, refine: Optional[str] = None, hyper=None,
                  refine_num_samples: Optional[int] = None, refine_max_iter: int = 200,
                  compiler_options="auto", num_starts: Optional[int] = None, strategy: str = "auto",
-                 fallback: Optional[str] = None, curvature: str = "auto", plate: Optional[str] = None, **options):
+                 fallback: Optional[str] = None, curvature: str = "auto", plate: Optional[str] = None,
+                 device="auto", **options):
         refuse_mcmc_options(options)
         check_model(model)
         self.options = checked_options(
@@ -134,7 +138,7 @@ class LaplaceMatching:
             tol=tol, max_iter=max_iter, regularize=regularize, newton_max_dim=newton_max_dim,
             progress_bar=progress_bar, refine=refine, hyper=hyper, refine_num_samples=refine_num_samples,
             refine_max_iter=refine_max_iter, compiler_options=compiler_options, num_starts=num_starts,
-            strategy=strategy, fallback=fallback, curvature=curvature, plate=plate)
+            strategy=strategy, fallback=fallback, curvature=curvature, plate=plate, device=device)
         self.model = model
         self._traced, self._result, self._given = TracedModels(model, self.options.bases, self.options.families), None, None
 
@@ -157,10 +161,11 @@ class LaplaceMatching:
         use_compilation_cache()  # a second process of the same script starts warm (runtime.compilation_cache)
         args, kwargs, info = self._traced.inputs(args, kwargs)
         given = (args, kwargs)  # model_args / model_kwargs: as the user passed them, not the device copies
-        args, kwargs = on_device(args, kwargs)
         check_init_params(init_params, info.layout)
-        result = self.options.fit(self.model, info, rng_key, args, kwargs, init_params)
-        diagnostics = result.diagnostics()  # before the object changes: a failed call leaves it as it was
+        with placed(device := fit_device(self.options.device, info.size + info.layout.observed_size)):
+            args, kwargs = on_device(args, kwargs, device)
+            result = self.options.fit(self.model, info, rng_key, args, kwargs, init_params)
+            diagnostics = result.diagnostics()  # before the object changes: a failed call leaves it as it was
         self._result, self._given = result, given  # only a fit that passed its checks replaces the last one
         if not diagnostics["trusted"]:  # silence is not an answer
             warnings.warn(f"LaplaceMatching: {diagnostics['verdict']}", NotTrustedWarning, stacklevel=2)
@@ -185,13 +190,9 @@ class LaplaceMatching:
             weights). The default, ``BATCH_COMPILE``, keeps LLVM's optimisations on: a
             batch's run time grows with B, its compile time does not (``benchmarks/batch.py``
             measures batches).
-        :param str gather: where JAX runs several processes (``jax.distributed.initialize``; every
-            process calls ``run_many`` with the same batch), each fits its share of the data sets
-            on its own devices (:mod:`numpyro_lm.approximations.across_processes`); ``"all"``
-            (default): afterwards every process holds every data set's results, as one process
-            would; ``"local"``: each keeps its own share's (:attr:`batch_indices`). A failed data
-            set is raised (or warned of) by every process, by its index in the whole batch. One
-            process: ignored.
+        :param str gather: under ``jax.distributed`` each process fits its share of the same batch
+            (:mod:`numpyro_lm.approximations.across_processes`); then ``"all"`` (default): each holds
+            every data set's results, ``"local"``: its own share's (:attr:`batch_indices`).
         """
         check_rng_key(rng_key)
         if self.hyper is not None:  # refused before any work
@@ -203,23 +204,9 @@ class LaplaceMatching:
             raise ValueError(f'gather must be "all" or "local", not {gather!r}')
         use_compilation_cache()
         batch = batch_of(args, kwargs, batch_axes, devices)
-        try:
-            info = self._traced.info(args, kwargs, batch.axes)
-        except Exception as error:
-            if not needs_concrete(error):
-                raise _batch_trace_error(error, args, kwargs, batch) from error
-            raise ValueError("run_many traces every data argument (one program for all data sets), and this model "
-                             "needs one as a concrete value (a plate size from the data, np.unique, int(n)): call "
-                             "run() per data set, or pass such values as Python numbers shared by the batch "
-                             "(batch_axes=).") from error
-        if is_multiprocess():
-            self._result = fit_across_processes(self.options, info, batch, rng_key, args, kwargs, init_params,
-                                                compiler_options, on_failure, gather)
-            return self
-        args, kwargs = pad_inputs(args, kwargs, batch)
-        self._result = self.options.fit_batch(info, batch, rng_key, args, kwargs,
-                                              None if init_params is None else pad(init_params, batch),
-                                              compiler_options, on_failure)
+        info = _batch_info(self._traced, args, kwargs, batch)
+        self._result = self.options.fit_many(info, batch, rng_key, args, kwargs, init_params, compiler_options,
+                                             on_failure, gather, devices_given=devices is not None)
         return self
 
     # ------------------------------------------------------------------- results
@@ -323,9 +310,8 @@ class LaplaceMatching:
 
     @property
     def batch_indices(self) -> Optional[np.ndarray]:
-        """Which data sets of the batch this object holds, in order: all of them, or after
-        ``run_many(..., gather="local")`` across several processes this process's share;
-        ``None`` after :meth:`run`."""
+        """The data sets held, in order: all, or this process's share after ``run_many(..., gather="local")``
+        across processes; ``None`` after :meth:`run`."""
         batch = self._require().batch
         return None if batch is None else np.arange(batch.offset, batch.offset + batch.size)
 
@@ -356,6 +342,20 @@ class LaplaceMatching:
     sampler = property(lambda self: self)
     _args = property(lambda self: self.model_args)
     _kwargs = property(lambda self: self.model_kwargs)
+
+
+def _batch_info(traced: TracedModels, args, kwargs, batch):
+    """The model traced for a batch, or why it cannot be (a forgotten batch axis, a data value
+    the model needs as a concrete number)."""
+    try:
+        return traced.info(args, kwargs, batch.axes)
+    except Exception as error:
+        if not needs_concrete(error):
+            raise _batch_trace_error(error, args, kwargs, batch) from error
+        raise ValueError("run_many traces every data argument (one program for all data sets), and this model "
+                         "needs one as a concrete value (a plate size from the data, np.unique, int(n)): call "
+                         "run() per data set, or pass such values as Python numbers shared by the batch "
+                         "(batch_axes=).") from error
 
 
 def _batch_trace_error(error, args, kwargs, batch) -> Exception:

@@ -167,7 +167,9 @@ def sbc(model, *args, num_datasets: int = 200, rng_key=None, num_samples: int = 
     The model is called with ``args``/``kwargs`` as for a fit; its observed sites (and their
     shapes) come from that call, and their values are replaced by simulations.
 
-    :param int num_datasets: simulated data sets, all fitted in one ``run_many`` call.
+    :param int num_datasets: simulated data sets, all fitted in one ``run_many`` call (under
+        ``jax.distributed``, split across the processes, each ending with every data set's ranks:
+        :mod:`numpyro_lm.approximations.across_processes`).
     :param rng_key: PRNG key (default ``PRNGKey(0)``).
     :param int num_samples: ``L``, posterior draws per data set (ranks in ``0..L``).
     :param float prob: family-wise level of the uniformity test over all coordinates.

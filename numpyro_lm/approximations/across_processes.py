@@ -42,6 +42,9 @@ def fit_across_processes(options, info, batch: Batch, rng_key, args, kwargs, ini
     if batch.size < jax.process_count():
         raise ValueError(f"run_many across {jax.process_count()} processes needs at least one data set per process; "
                          f"the batch holds {batch.size}. Pass more data sets, or run fewer processes.")
+    if batch.mesh is not None and any(d.process_index != jax.process_index() for d in batch.mesh.devices.flat):
+        raise ValueError("run_many across processes: devices= must be this process's own (jax.local_devices()); "
+                         "each process fits its share of the batch on its own devices.")
     share = process_share(batch.size)
     local = batch.share(share.start, share.stop, batch.size)
     part = slice(share.start, share.stop)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple, Optional
 
+import jax
 import jax.numpy as jnp
 
 from ..checks.covariance import failure_cause
@@ -21,7 +22,11 @@ from ..core.starts import default_starts
 from ..families import family_names, get_family
 from ..families.bases import get_basis
 from ..posterior.refine import REFINE_METHODS, check_refine_memory
-from ..runtime.programs import resolve_compiler_options
+from ..runtime.batch import batch_of, pad, pad_inputs
+from ..runtime.distributed import is_multiprocess
+from ..runtime.placement import check_device, fit_device, placed
+from ..runtime.programs import on_device, resolve_compiler_options
+from .across_processes import fit_across_processes
 from .autopilot import run_auto
 from .fallback import FALLBACKS, FallbackOptions, run_fallback
 from .joint import run_joint
@@ -54,6 +59,7 @@ class Options(NamedTuple):
     fallback: Optional[str] = None
     curvature: str = "auto"
     plate: Optional[str] = None
+    device: object = "auto"
 
     def fit_options(self, info, curvature: str) -> FitOptions:
         """The joint fit's options for a model and one curvature: Newton or an L-BFGS warm start
@@ -115,6 +121,24 @@ class Options(NamedTuple):
             return result.with_trail(trail)
         return run_joint(info, options, rng_key, args, kwargs, init_params, **common)
 
+    def fit_many(self, info, batch, rng_key, args, kwargs, init_params, compiler_options, on_failure: str,
+                 gather: str, devices_given: bool):
+        """``run_many``'s fit of a batch (unpadded arguments) on the devices :mod:`~numpyro_lm.runtime.placement`
+        chooses (unless ``devices_given``), across every JAX process where there are several
+        (:mod:`.across_processes`, ``gather``), else in this one (:meth:`fit_batch`)."""
+        device = fit_device(self.device, (info.size + info.layout.observed_size) * batch.size)
+        if not devices_given and device is not None:  # the chosen device's kind, all of this process's
+            batch = batch_of(args, kwargs, batch.axes, [device] if isinstance(self.device, jax.Device)
+                             else jax.local_devices(backend=device.platform))
+        with placed(device):
+            if is_multiprocess():
+                return fit_across_processes(self, info, batch, rng_key, args, kwargs, init_params, compiler_options,
+                                            on_failure, gather)
+            args, kwargs = pad_inputs(*on_device(args, kwargs, device), batch)
+            return self.fit_batch(info, batch, rng_key, args, kwargs,
+                                  None if init_params is None else pad(init_params, batch), compiler_options,
+                                  on_failure)
+
     def fit_batch(self, info, batch, rng_key, args, kwargs, init_params, compiler_options, on_failure: str):
         """The joint fit of a batch of data sets (arguments padded to ``batch``; ``run_many`` has
         refused nested fits already)."""
@@ -164,4 +188,5 @@ def checked_options(**options) -> Options:
     if o.fallback is not None and o.fallback not in FALLBACKS:
         raise ValueError(f'fallback must be None, "nuts" or "laplace_nuts", not {o.fallback!r}')
     check_count(o.num_starts, "num_starts", allow_none=True)
+    check_device(o.device)
     return o._replace(bases=dict(o.bases or {}), families=dict(o.families or {}))

@@ -63,7 +63,8 @@ def first_rows(tree, n: int):
     compiled slice took 0.13-0.2 s), elsewhere in one compiled program (an eager slice compiles
     a program per shape; a trip through the host would copy every draw twice)."""
     if all(_on_cpu(x) for x in jax.tree.leaves(tree)):
-        return jax.device_put(jax.tree.map(lambda x: np.asarray(x)[:n], tree))
+        # back where they were: a fit placed on a device of its own (runtime.placement) stays there
+        return jax.tree.map(lambda x: jax.device_put(np.asarray(x)[:n], x.sharding if x.committed else None), tree)
     return program(_first_rows, n)((tree,))
 
 

@@ -172,11 +172,15 @@ def merge_inputs(arrays, key: InputKey):
     return jax.tree.unflatten(key.treedef, [next(arrays) if s is None else s.value for s in key.static])
 
 
-def on_device(args: tuple, kwargs: dict):
+def on_device(args: tuple, kwargs: dict, device=None):
     """``(args, kwargs)`` with their NumPy arrays (not the static ones) put on the default
     device once: a program given a host array copies it in on every call (the 10^5-group
-    GLMM's 48 MB took 25 ms a call on a CPU, against 6 ms for the program)."""
+    GLMM's 48 MB took 25 ms a call on a CPU, against 6 ms for the program). With ``device``
+    (:mod:`.placement`), every traced array is put there (committed, JAX arrays included), so
+    that later programs on them run there too."""
     def put(a):
+        if device is not None and isinstance(a, (np.ndarray, np.generic, jax.Array)) and is_traced(a):
+            return jax.device_put(a, device)
         return jax.device_put(a) if isinstance(a, (np.ndarray, np.generic)) and is_traced(a) else a
 
     return jax.tree.map(put, (tuple(args), dict(kwargs)))
