@@ -2,9 +2,9 @@
 
 Six trust-suite models (``suite.py``; a few hundred latent and observed numbers at most) and
 the Poisson random-effect benchmark at N = 5 000 (10^4), each fitted by the default call
-(``LaplaceMatching(model).run`` + ``get_samples()``) with each ``device`` option, in one
-process: the first call (compilation included) and the compiled one (median of three new
-keys). On a machine whose default device is a CPU the three options are the same device and
+(``LaplaceMatching(model).run`` + ``get_samples()``) with each ``device`` option, each pair in
+a fresh process (JAX itself warmed up on a toy program first): the first call (compilation
+included) and the compiled one (median of three new keys). On a machine whose default device is a CPU the three options are the same device and
 the table says that nothing changes (ratios near 1); where a GPU is the default device
 (``benchmarks/on_gpu.sh``) ``"default"`` is the GPU and the table shows what ``"auto"``'s
 rule, the host CPU below ``PLACEMENT_NUMBERS``, buys (``benchmarks/results/placement_gpu.md``).
@@ -13,7 +13,9 @@ rule, the host CPU below ``PLACEMENT_NUMBERS``, buys (``benchmarks/results/place
 and the table in ``docs/scaling.md``.
 """
 
+import json
 import os
+import subprocess
 import sys
 import time
 import warnings
@@ -60,20 +62,34 @@ def measure(name: str, device: str) -> dict:
     return {"cold": cold, "warm": warm, "numbers": numbers, "where": where}
 
 
-def main():
+def fresh(name: str, device: str) -> dict:
+    """:func:`measure` in a process of its own (no program compiled by another option's run)."""
+    done = subprocess.run([sys.executable, __file__, "--one", name, device], capture_output=True, text=True,
+                          timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr[-3000:])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def one(name: str, device: str):
     warnings.simplefilter("ignore")
+    jax.jit(lambda x: x + 1)(np.ones(3)).block_until_ready()  # JAX's own start, not the fit's
+    print(json.dumps(measure(name, device)))
+
+
+def main():
     default = jax.devices()[0]
     lines = [
         f"jax {jax.__version__}, default device: {default.platform} ({getattr(default, 'device_kind', '')}), "
-        f"{os.cpu_count()} CPU cores, float32. Each model: the default call with each device option, in one process; "
-        "first call (compilation included) and compiled (median of three keys), seconds.",
+        f"{os.cpu_count()} CPU cores, float32. Each model and device option in a fresh process: the default call's "
+        "first call (compilation included) and compiled one (median of three keys), seconds.",
         "",
         "| model | numbers | auto runs on | auto first / compiled | cpu first / compiled | default first / compiled "
         "| default / auto compiled |",
         "|---|---|---|---|---|---|---|",
     ]
     for name in MODELS + ["poisson_5000"]:
-        r = {option: measure(name, option) for option in OPTIONS}
+        r = {option: fresh(name, option) for option in OPTIONS}
         cells = " | ".join(f"{r[o]['cold']:.2f} / {r[o]['warm']:.3f}" for o in OPTIONS)
         line = (f"| {name} | {r['auto']['numbers']} | {r['auto']['where']} | {cells} | "
                 f"{r['default']['warm'] / r['auto']['warm']:.2f} |")
@@ -85,4 +101,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 1 and sys.argv[1] == "--one":
+        one(sys.argv[2], sys.argv[3])
+    else:
+        main()
