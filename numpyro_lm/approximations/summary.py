@@ -71,7 +71,10 @@ def print_summary(result, prob: float = 0.9, exclude_deterministic: bool = True)
                          "lm.posterior without draws).")
     if exclude_deterministic:
         samples = {s.name: samples[s.name] for s in sites}
-    numpyro_print_summary(samples, prob=prob, group_by_chain=False)
+    empty = sorted(k for k, v in samples.items() if np.size(v) == 0)  # numpyro's summary cannot reshape them
+    numpyro_print_summary({k: v for k, v in samples.items() if k not in empty}, prob=prob, group_by_chain=False)
+    if empty:
+        print(f"No entries (zero-size sites, left out above): {', '.join(empty)}.")
     print(f"n_eff and r_hat describe the {result.num_samples} draws, which are independent (about "
           f"{result.num_samples} and 1 by construction), not the approximation: see 'Did it work?' below.")
     if result.trail is not None:

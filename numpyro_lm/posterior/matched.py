@@ -20,6 +20,7 @@ from typing import Callable
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
+from numpyro.distributions.distribution import validation_enabled
 from numpyro.distributions.transforms import AffineTransform, ComposeTransform, IndependentTransform, LowerCholeskyAffine
 
 from ..core.trace import is_elementwise
@@ -142,7 +143,12 @@ def _outer_transform(t):
 
 def site_distribution(site, params: dict, transform):
     """The matched family of ``site`` (a :class:`~numpyro_lm.core.trace.SiteSpec`) with ``params``,
-    on the site's domain; ``transform`` is the site's basis transform at the mode."""
+    on the site's domain; ``transform`` is the site's basis transform at the mode. A site with no
+    entries (a zero-size plate or event) gets its family with zero-size parameters, built without
+    numpyro's argument checks (a 0 x 0 covariance has no smallest eigenvalue to check)."""
+    if site.size == 0:
+        with validation_enabled(False):
+            return readable(_site_distribution(site, params, transform))
     return readable(_site_distribution(site, params, transform))
 
 

@@ -46,3 +46,26 @@ def test_a_fits_matched_posteriors_print_their_parameters():
     assert repr(lm.posterior["scale"]).startswith("Beta(concentration1=") and repr(lm.posterior["scale"]).endswith(
         " * 2 + 1")
     assert str(lm.posterior).splitlines()[1] == f"  rate: {rate!r}"
+
+
+def _with_empty_sites(y):
+    # effects for zero groups (a data-frame filter that leaves none), real and positive
+    mu = numpyro.sample("mu", dist.Normal(0.0, 1.0))
+    numpyro.sample("z", dist.Normal(0.0, 1.0).expand([0]).to_event(1))
+    numpyro.sample("s", dist.HalfNormal(1.0).expand([0]).to_event(1))
+    numpyro.sample("y", dist.Normal(mu, 1.0), obs=y)
+
+
+def test_zero_size_sites_have_a_posterior_and_a_summary(capsys):
+    y = jnp.array([0.5, 1.0])
+    lm = LaplaceMatching(_with_empty_sites, num_samples=20).run(jax.random.PRNGKey(0), y)
+    for name in ("z", "s"):
+        # numpyro's argument checks refused a 0 x 0 covariance (an IndexError), and its summary
+        # could not reshape an empty site (a ValueError)
+        d = lm.posterior[name]
+        assert d.sample(jax.random.PRNGKey(1)).shape == (0,)
+    # mu's posterior is N(y.sum() / 3, 1/3) exactly (conjugate): the empty sites change nothing
+    assert float(lm.posterior["mu"].loc) == pytest.approx(0.5, abs=1e-5)
+    lm.print_summary()
+    out = capsys.readouterr().out
+    assert "mu" in out and "No entries (zero-size sites, left out above): s, z." in out
