@@ -36,9 +36,7 @@ def fit_across_processes(options, info, batch: Batch, rng_key, args, kwargs, ini
                          on_failure: str, gather: str = "all") -> JointResult:
     """The joint fits of ``batch`` (the whole batch, unpadded arguments) across every process
     (module docstring): the whole batch's :class:`JointResult` on every process, or this
-    process's share's (``gather="local"``)."""
-    if gather not in GATHER:
-        raise ValueError(f'gather must be "all" or "local", not {gather!r}')
+    process's share's (``gather="local"``; ``gather`` is one of :data:`GATHER`, as ``run_many`` checked)."""
     if batch.size < jax.process_count():
         raise ValueError(f"run_many across {jax.process_count()} processes needs at least one data set per process; "
                          f"the batch holds {batch.size}. Pass more data sets, or run fewer processes.")

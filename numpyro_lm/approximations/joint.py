@@ -262,7 +262,7 @@ def _check(result: JointResult, fetched, on_failure: str):
 
 
 def _of_whole(batch: Batch) -> str:
-    """Where a process fits a share of a batch: which share, for its warnings."""
+    """Where a process fits a share of a batch: which share, for its warnings (every process repeats them)."""
     if batch.whole is None:
         return ""
-    return f" (this process's share, {batch.offset} to {batch.offset + batch.size - 1} of {batch.whole})"
+    return f" (the share of data sets {batch.offset} to {batch.offset + batch.size - 1} of {batch.whole})"
