@@ -29,6 +29,7 @@ from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.util import compute_log_probs, log_density
 
 from ..families import get_family
+from ..mode.derivatives import forward_mode_refused
 from ..runtime.programs import merge_inputs, shape_key, split_inputs
 from ..runtime.static_data import mark_static, static_positions, static_where_needed
 from .structure import prior_parents
@@ -145,8 +146,27 @@ class ModelInfo(NamedTuple):
         depends on the latent values changes along almost every direction."""
         directions = jax.random.normal(jax.random.PRNGKey(0), (2,) + jnp.shape(flat), jnp.result_type(flat))
         bounds = lambda y: self.support_bounds(y, args, kwargs)  # noqa: E731
-        moved = jax.vmap(lambda d: jax.jvp(bounds, (flat,), (d,))[1])(directions)
+        try:
+            moved = jax.vmap(lambda d: jax.jvp(bounds, (flat,), (d,))[1])(directions)
+        except TypeError as error:  # forward mode refused (odeint's custom_vjp): each site's bounds by reverse mode
+            if not forward_mode_refused(error):
+                raise
+            return self._dependent_by_reverse(bounds, flat)
         return frozenset(k for k, v in moved.items() if v.size and bool(jnp.any(v != 0)))
+
+    @staticmethod
+    def _dependent_by_reverse(bounds: Callable, flat) -> frozenset:
+        """:meth:`dependent_sites` by vector-Jacobian products: a site's bounds depend on the latent
+        values where a random weighting of them has a non-zero gradient."""
+        values, pullback = jax.vjp(bounds, flat)
+        found = set()
+        for name, v in values.items():
+            if v.size:
+                weights = {k: (jax.random.normal(jax.random.PRNGKey(1), jnp.shape(u), u.dtype) if k == name
+                               else jnp.zeros_like(u)) for k, u in values.items()}
+                if bool(jnp.any(pullback(weights)[0] != 0)):
+                    found.add(name)
+        return frozenset(found)
 
     def families(self) -> dict:
         """``{site: its MatchedFamily}``."""

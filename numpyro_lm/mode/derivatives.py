@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-__all__ = ["forward_mode_refused", "hvp", "hvp_operator", "Pieces", "hessian_by_runs", "value_grad_hessian"]
+__all__ = ["forward_mode_refused", "hvp", "jacobian", "diagonal_slope", "hvp_operator", "Pieces", "hessian_by_runs", "value_grad_hessian"]
 
 
 def forward_mode_refused(error: TypeError) -> bool:
@@ -32,6 +32,29 @@ def hvp(fn: Callable, x, v):
         if not forward_mode_refused(error):
             raise
     return jax.grad(lambda y: jnp.vdot(jax.grad(fn)(y), v))(x)
+
+
+def jacobian(fn: Callable, x):
+    """The Jacobian of ``fn`` at ``x``: forward mode, or reverse mode where forward mode is
+    refused (:func:`forward_mode_refused`: a model with ``odeint`` traced along)."""
+    try:
+        return jax.jacfwd(fn)(x)
+    except TypeError as error:
+        if not forward_mode_refused(error):
+            raise
+    return jax.jacrev(fn)(x)
+
+
+def diagonal_slope(fn: Callable, x):
+    """``J 1`` of an elementwise map ``fn`` (its Jacobian's diagonal): one forward product, or one
+    reverse product (``1' J``, the same for a diagonal ``J``) where forward mode is refused."""
+    try:
+        return jax.jvp(fn, (x,), (jnp.ones_like(x),))[1]
+    except TypeError as error:
+        if not forward_mode_refused(error):
+            raise
+    value, pullback = jax.vjp(fn, x)
+    return pullback(jnp.ones_like(value))[0]
 
 
 def hvp_operator(fn: Callable, x) -> Callable:

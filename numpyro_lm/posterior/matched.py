@@ -21,7 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
 from numpyro.distributions.distribution import validation_enabled
-from numpyro.distributions.transforms import AffineTransform, ComposeTransform, IndependentTransform, LowerCholeskyAffine
+from numpyro.distributions.transforms import (AffineTransform, ComposeTransform, ExpTransform, IndependentTransform,
+                                                LowerCholeskyAffine)
 
 from ..core.trace import is_elementwise
 from ..families import get_family
@@ -163,6 +164,9 @@ def _site_distribution(site, params: dict, transform):
             scale = transform.scale_tril
             return dist.MultivariateNormal(transform.loc + (scale @ d.loc[..., None])[..., 0],
                                            scale_tril=scale @ d.scale_tril)
+        if isinstance(transform, ExpTransform) and type(d) is dist.Normal:
+            # the same distribution, with the mean and variance a TransformedDistribution lacks
+            return dist.LogNormal(d.loc, d.scale)
         return dist.TransformedDistribution(d, transform)
     outer = _outer_transform(transform)
     if outer is None:

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from numpyro.distributions.transforms import biject_to
 from numpyro.infer import NUTS
 from numpyro.infer.initialization import init_to_value
 
+from ..mode.derivatives import diagonal_slope, jacobian
 from ..runtime.programs import program, resolve_compiler_options
 
 __all__ = ["WarmStart", "Fitted", "fitted", "unconstrained_gaussian", "warm_nuts", "DENSE_MAX_DIM"]
@@ -61,7 +61,7 @@ def _moments(info, names, gaussian, args, kwargs):
         return jnp.concatenate([jnp.ravel(u[n]) for n in names])
 
     mode, constrained = numpyro_coordinates(info, gaussian.mean, args, kwargs)
-    jac = jax.jacfwd(flat_u)(gaussian.mean)
+    jac = jacobian(flat_u, gaussian.mean)
     if jac.shape[0] != jac.shape[1]:
         raise ValueError(
             f"the LM basis has {jac.shape[1]} coordinates but NumPyro's unconstrained space "
@@ -96,13 +96,13 @@ def _variances(info, names, gaussian, args, kwargs):
 
         y_site = gaussian.mean[index]
         if site.size <= SITE_JACOBIAN_MAX:
-            jac = jax.jacfwd(u_of)(y_site)
+            jac = jacobian(u_of, y_site)
             if jac.shape[0] != jac.shape[1]:
                 raise ValueError(f"site {site.name!r}: its LM basis has {jac.shape[1]} coordinates but NumPyro's "
                                  f"unconstrained space {jac.shape[0]}: the LM covariance cannot be carried over.")
             out[site.name] = jnp.sum((jac @ gaussian.curvature.block(index)) * jac, axis=1)
         elif site.basis_event_dim == 0:
-            slope = jax.jvp(u_of, (y_site,), (jnp.ones_like(y_site),))[1]
+            slope = diagonal_slope(u_of, y_site)
             out[site.name] = slope**2 * variance[index]
         else:
             raise ValueError(f"site {site.name!r}: a warm start of a model this large carries a diagonal mass matrix, "

@@ -69,3 +69,22 @@ def test_zero_size_sites_have_a_posterior_and_a_summary(capsys):
     lm.print_summary()
     out = capsys.readouterr().out
     assert "mu" in out and "No entries (zero-size sites, left out above): s, z." in out
+
+
+def _scale_model(y):
+    s = numpyro.sample("s", dist.LogNormal(0.0, 1.0))
+    numpyro.sample("y", dist.Normal(0.0, s), obs=y)
+
+
+def test_a_gaussian_in_the_log_basis_is_a_lognormal_with_its_moments():
+    # numpyro's TransformedDistribution(Normal, exp) has no mean (NotImplementedError): the same
+    # distribution as a LogNormal has them in closed form
+    lm = LaplaceMatching(_scale_model, families={"s": "gaussian"}).run(jax.random.PRNGKey(0), jnp.array([0.5, -1.2, 2.0]))
+    d = lm.posterior["s"]
+    assert isinstance(d, dist.LogNormal)
+    loc, scale = float(d.loc), float(d.scale)
+    assert float(d.mean) == pytest.approx(np.exp(loc + scale**2 / 2), rel=1e-5)
+    draws = np.asarray(d.sample(jax.random.PRNGKey(1), (200_000,)))
+    # Monte Carlo: the mean's standard error is sd / sqrt(2e5) < 0.3 % of it here (scale < 1)
+    assert draws.mean() == pytest.approx(float(d.mean), rel=0.01)
+    assert np.log(draws).mean() == pytest.approx(loc, abs=0.01)
