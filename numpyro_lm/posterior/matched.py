@@ -14,6 +14,7 @@ adds a ``__repr__``, so ``isinstance(d, dist.Gamma)`` and every method are uncha
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Callable
 
@@ -147,10 +148,8 @@ def site_distribution(site, params: dict, transform):
     on the site's domain; ``transform`` is the site's basis transform at the mode. A site with no
     entries (a zero-size plate or event) gets its family with zero-size parameters, built without
     numpyro's argument checks (a 0 x 0 covariance has no smallest eigenvalue to check)."""
-    if site.size == 0:
-        with validation_enabled(False):
-            return readable(_site_distribution(site, params, transform))
-    return readable(_site_distribution(site, params, transform))
+    with validation_enabled(False) if site.size == 0 else contextlib.nullcontext():
+        return readable(_site_distribution(site, params, transform))
 
 
 def _site_distribution(site, params: dict, transform):

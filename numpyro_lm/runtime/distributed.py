@@ -59,8 +59,8 @@ def process_share(total: int, devices_per_process=None, process_index=None) -> S
     process_index = jax.process_index() if process_index is None else process_index
     per_device = np.full(int(sum(devices_per_process)), total // sum(devices_per_process))
     per_device[: total % len(per_device)] += 1
-    ends = np.cumsum([0] + [int(per_device[sum(devices_per_process[:p]): sum(devices_per_process[:p + 1])].sum())
-                            for p in range(len(devices_per_process))])
+    # each process's share ends where its last device's does
+    ends = np.concatenate([[0], np.cumsum(per_device)])[np.concatenate([[0], np.cumsum(devices_per_process)])]
     bounds = tuple((int(a), int(b)) for a, b in zip(ends[:-1], ends[1:]))
     start, stop = bounds[process_index]
     return Share(start, stop, int(total), bounds)
