@@ -96,6 +96,16 @@ class ModelInfo(NamedTuple):
             terms, trace = compute_log_probs(self.substituted(flat), args, kwargs or {}, {})
         return sum((v for k, v in terms.items() if k in latent), start=self._missing_data_density(trace))
 
+    def site_log_probs(self, flat, args=(), kwargs=None) -> dict:
+        """``{site: its log probability entry by entry}`` (scaled and masked; the bases'
+        log-Jacobian factors included): the terms :meth:`log_density` sums, before the sum.
+        Refused for models with ``obs_mask`` sites (their dropped entries' density is not a site's)."""
+        if self.layout.missing_data:
+            raise ValueError("site_log_probs: the model has obs_mask sites, whose dropped entries are no site's")
+        with validation_enabled(False):
+            terms, _ = compute_log_probs(self.substituted(flat), args, kwargs or {}, {}, sum_log_prob=False)
+        return terms
+
     def trace(self, flat, args=(), kwargs=None):
         """The model's trace with the latent sites at ``flat`` (the LM Jacobian factors included)."""
         return handlers.trace(self.substituted(flat)).get_trace(*args, **(kwargs or {}))

@@ -31,7 +31,7 @@ terms, from float32 gradients (:func:`collapsed_quadrature`, most of the work); 
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -104,7 +104,7 @@ class CollapsedQuadrature(NamedTuple):
 
 
 def collapsed_quadrature(log_density: Callable, flat, local_index, proposal: Callable, extras, rows: int,
-                         num_nodes: int = VERDICT_NODES) -> CollapsedQuadrature:
+                         num_nodes: int = VERDICT_NODES, values: Optional[Callable] = None) -> CollapsedQuadrature:
     r""":math:`\sum_j \log R_j` at each row of ``flat (n, D)`` (the blocks' quadrature about the
     proposal's conditional means, with its conditional variances: :func:`collapsed_value`'s
     ``proposal``), and each block's conditional check.
@@ -114,12 +114,13 @@ def collapsed_quadrature(log_density: Callable, flat, local_index, proposal: Cal
     coupling of two Gaussians through one standard normal: it bounds their W1); averaged over
     ``q``'s draws it bounds the W1 between the two mixtures (W1 is jointly convex): the error of
     ``q``'s marginal of the block that its conditionals make. ``rows``: draws evaluated at once
-    (``vmap``) inside a sequential loop.
+    (``vmap``) inside a sequential loop. ``values``: each block's own terms
+    (:func:`~numpyro_lm.marginal.quadrature.block_quadrature`'s).
     """
     def one(row, extra):
         centre, m, s2, _ = _centre(proposal, row, extra, local_index)
         log_ratio, offset, var = block_quadrature(log_density, centre, local_index, 1.0 / s2, batched=True,
-                                                  num_nodes=num_nodes)
+                                                  num_nodes=num_nodes, values=values)
         distance = jnp.abs(offset) + math.sqrt(2 / math.pi) * jnp.abs(jnp.sqrt(var) - jnp.sqrt(s2))
         return jnp.sum(log_ratio), distance
 

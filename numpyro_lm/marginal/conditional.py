@@ -10,7 +10,7 @@ is moved from the mode towards the mean where the conditional is skewed (:func:`
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -72,7 +72,8 @@ def conditional_hessian(layout, theta_index: tuple, curvature: str, plate=None):
     return ArrowheadHessian(inner)
 
 
-def conditional_fit(neg_log_density: Callable, theta, x0, tol: float, max_iter: int, hessian=DenseHessian()):
+def conditional_fit(neg_log_density: Callable, theta, x0, tol: float, max_iter: int, hessian=DenseHessian(),
+                    blocks: Optional[Callable] = None):
     """Inner Laplace at ``theta``: ``(PointFits, curvature)`` (``params`` and ``shift`` left empty).
 
     ``neg_log_density(theta, x)``. The search is the conditional Laplace marginal's
@@ -80,12 +81,14 @@ def conditional_fit(neg_log_density: Callable, theta, x0, tol: float, max_iter: 
     Hessian at ``x*`` (one copy of the model in the compiled program): its Cholesky factor is the
     curvature's. Points whose inner fit did not converge get ``log p~ = -inf`` (no weight).
     ``hessian``: the search's strategy (:mod:`numpyro_lm.mode.hessian`); a structured one's
-    curvature is kept in place of the dense covariance.
+    curvature is kept in place of the dense covariance. ``blocks(theta, x) -> (J,)``: with scalar
+    blocks, each block's own terms of the log density (:mod:`.block_terms`) for their quadrature.
     """
     log_density = lambda x, t: -neg_log_density(t, x)  # noqa: E731 - the marginal's argument order
     state = inner_search(log_density, theta, x0, tol, max_iter, hessian)
     if not isinstance(hessian, DenseHessian):
-        return _structured_fit(log_density, theta, state, hessian)
+        values = None if blocks is None else (lambda x, t: blocks(t, x))
+        return _structured_fit(log_density, theta, state, hessian, values)
     ok = state.positive & state.converged
     curvature = CholeskyCurvature(state.hess, jnp.where(ok, state.chol, jnp.nan))
     log_marginal = -state.value - 0.5 * curvature.logdet()
@@ -97,7 +100,7 @@ def conditional_fit(neg_log_density: Callable, theta, x0, tol: float, max_iter: 
     return fits, curvature
 
 
-def _structured_fit(log_density: Callable, theta, state, hessian):
+def _structured_fit(log_density: Callable, theta, state, hessian, values=None):
     """:func:`conditional_fit` with a structured Hessian: the curvature travels with the fits;
     a fit whose structure check failed (:func:`numpyro_lm.mode.hessian.structure_tol`) gets no weight."""
     curvature = hessian.curvature(state.hess)
@@ -105,7 +108,8 @@ def _structured_fit(log_density: Callable, theta, state, hessian):
     log_marginal = -state.value - 0.5 * curvature.logdet()
     if scalar_blocks(hessian):
         # scalar local blocks: each one's integral by adaptive Gauss-Hermite, not one Gaussian
-        log_marginal = log_marginal + quadrature_correction(log_density, theta, state.x, hessian, state.hess, False)
+        log_marginal = log_marginal + quadrature_correction(log_density, theta, state.x, hessian, state.hess, False,
+                                                            values)
     log_marginal = jnp.where(ok & jnp.isfinite(log_marginal), log_marginal, -jnp.inf)
     fits = PointFits(log_marginal, state.x, None, curvature.diagonal(), curvature.uncoupled(), {},
                      jnp.zeros_like(state.x), curvature.variance(), curvature, state.structure_error)
@@ -201,7 +205,8 @@ refit and the next slope cost what the first step did (on the crossed GLMM of
 GLMMs there, 5.7 % on binary groups of four) it leaves at most 0.09 and 0.2 SD."""
 
 
-def structured_mean_shift(neg_log_density: Callable, theta, x, curvature, hessian, with_gain: bool = False):
+def structured_mean_shift(neg_log_density: Callable, theta, x, curvature, hessian, with_gain: bool = False,
+                          blocks: Optional[Callable] = None):
     r""":func:`mean_shift` for a structured curvature: the same correction
     :math:`\delta = -\tfrac12 \Sigma\, \nabla_x \log\det H(x^*)` with the gradient of the
     log-determinant taken exactly, by reverse-mode differentiation through the structured
@@ -215,7 +220,7 @@ def structured_mean_shift(neg_log_density: Callable, theta, x, curvature, hessia
     With ``with_gain`` it also returns what the move adds to the Laplace marginal: the
     collapsed density's rise from the joint mode to its own. Over the blocks it sums to several
     nats that change with the hyperparameters (a logistic GLMM's slope moves by more than one
-    SD): left out, it put a 10^3-group GLMM's scale 0.07 SD low."""
+    SD): left out, it put a 10^3-group GLMM's scale 0.07 SD low. ``blocks``: as :func:`conditional_fit`'s."""
     def logdet(y):
         return hessian.curvature(hessian.evaluate(lambda z: neg_log_density(theta, z), y)[2]).logdet()
 
@@ -225,7 +230,7 @@ def structured_mean_shift(neg_log_density: Callable, theta, x, curvature, hessia
         # a local coordinate keeps its own skewness correction, -A^-1 (grad log det H)_L / 2; the
         # globals' move to their collapsed mode (and the locals' response) replaces the rest
         gain, end, g_logdet = _collapsed_mode(neg_log_density, theta, x, curvature, hessian, logdet,
-                                              sd[hessian.structure.global_index])
+                                              sd[hessian.structure.global_index], blocks)
         local = as_slice(hessian.structure.local_index[:, 0])
         shift = add_at(end - x, local, -0.5 * g_logdet[local] / curvature.a[:, 0, 0])
     else:
@@ -241,7 +246,7 @@ def structured_mean_shift(neg_log_density: Callable, theta, x, curvature, hessia
     return jnp.where(finite, shift, 0.0)
 
 
-def _collapsed_mode(neg_log_density: Callable, theta, x, curvature, hessian, logdet: Callable, sd):
+def _collapsed_mode(neg_log_density: Callable, theta, x, curvature, hessian, logdet: Callable, sd, blocks=None):
     r"""``(gain, end point, gradient of log det H at x)``: the globals' quasi-Newton steps to
     the mode of their collapsed density from the joint conditional mode ``x`` (``sd``: the
     globals' conditional SDs there, ``curvature`` the curvature).
@@ -271,7 +276,9 @@ def _collapsed_mode(neg_log_density: Callable, theta, x, curvature, hessian, log
 
     def correction(z):
         hess = hessian.evaluate(neg, z)[2]
-        return block_quadrature_correction(log_density, z, local, hess[0][:, 0, 0], num_nodes=SHIFT_NODES)
+        values = None if blocks is None else (lambda y: blocks(theta, y))
+        return block_quadrature_correction(log_density, z, local, hess[0][:, 0, 0], num_nodes=SHIFT_NODES,
+                                           values=values)
 
     def refit(y):  # the blocks' conditional modes at the moved globals: Newton, block by block
         ones = add_at(jnp.zeros_like(y), local, jnp.ones(x[local].shape, x.dtype))

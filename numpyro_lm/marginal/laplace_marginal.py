@@ -176,10 +176,13 @@ def laplace_marginal(log_density, phi, theta0, tol, max_iter, hessian=DenseHessi
     return jnp.where(ok, out, -jnp.inf), theta, hess, ok
 
 
-def quadrature_correction(log_density, phi, theta, hessian, hess, batched):
-    r""":math:`c(\phi)`: the scalar blocks' Gauss-Hermite correction at the conditional mode."""
+def quadrature_correction(log_density, phi, theta, hessian, hess, batched, values=None):
+    r""":math:`c(\phi)`: the scalar blocks' Gauss-Hermite correction at the conditional mode.
+    ``values(theta, phi) -> (J,)``: each block's own terms of the log density
+    (:mod:`~numpyro_lm.marginal.block_terms`), read at the nodes instead of integrating slopes."""
+    at = None if values is None else (lambda t: values(t, phi))
     return block_quadrature_correction(lambda t: log_density(t, phi), theta, hessian.structure.local_index[:, 0],
-                                        hessian.curvature(hess).a[:, 0, 0], batched)
+                                        hessian.curvature(hess).a[:, 0, 0], batched, values=at)
 
 
 def _half_logdet(hessian, hess, grad):

@@ -357,9 +357,8 @@ def test_scalar_block_marginal_matches_the_exact_integral(x64):
     4e-3 and 7e-4; without the globals' shift 0.010 and 0.019), where the joint Laplace
     marginal's are off by 0.11 and 0.13."""
     from numpyro_lm.core.model import model_info
-    from numpyro_lm.approximations.nested.fit import _inner
+    from numpyro_lm.approximations.nested.fit import inner_program
     from numpyro_lm.mode.derivatives import value_grad_hessian
-    from numpyro_lm.runtime.programs import program
 
     rng = np.random.default_rng(0)
     group = np.repeat(np.arange(30), 3).astype(np.int32)
@@ -368,9 +367,11 @@ def test_scalar_block_marginal_matches_the_exact_integral(x64):
     info = model_info(poisson_glmm, args, kwargs)
     sigma_index = info.layout.site("sigma").offset
     x_index = np.setdiff1d(np.arange(info.size), [sigma_index])
-    inner = program(_inner, info, 1e-10, 100, (sigma_index,), tuple([True] * x_index.size), "arrowhead", None)
+    inner, entries = inner_program(info, 1e-10, 100, (sigma_index,), tuple([True] * x_index.size), "arrowhead",
+                                   None, args, kwargs)
+    assert entries is not None  # the blocks' quadrature reads their entries
     thetas = np.log([0.5, 0.8, 1.2])[:, None]
-    fits = jax.device_get(inner((thetas, np.zeros((3, x_index.size)), np.asarray(True)), args, kwargs))
+    fits = jax.device_get(inner((thetas, np.zeros((3, x_index.size)), np.asarray(True), entries.ids), args, kwargs))
     ours = np.asarray(fits.log_density)
 
     def neg(theta, x):

@@ -35,9 +35,8 @@ def test_the_globals_reach_the_mode_of_their_collapsed_density(x64):
     within 0.021 SD (measured), and the collapsed density's rise, 8.948 nats, within 0.035 where
     the one-step formula gives 8.420. Bounds: 0.05 SD and 0.1 nats, a fifth of the one step's
     errors."""
-    from numpyro_lm.approximations.nested.fit import _inner
+    from numpyro_lm.approximations.nested.fit import inner_program
     from numpyro_lm.core.model import model_info
-    from numpyro_lm.runtime.programs import program
 
     num_groups, per_group, sigma = 12_000, 4, 1.5
     rng = np.random.default_rng(0)
@@ -48,9 +47,11 @@ def test_the_globals_reach_the_mode_of_their_collapsed_density(x64):
     info = model_info(binary_glmm, args, kwargs)
     sigma_index, beta_index = info.layout.site("sigma").offset, info.layout.site("beta").offset
     x_index = np.setdiff1d(np.arange(info.size), [sigma_index])
-    inner = program(_inner, info, 1e-10, 100, (sigma_index,), tuple([True] * x_index.size), "arrowhead", None)
+    inner, entries = inner_program(info, 1e-10, 100, (sigma_index,), tuple([True] * x_index.size), "arrowhead",
+                                   None, args, kwargs)
+    assert entries is not None  # the blocks' quadrature reads their entries
     thetas, starts = np.log([[sigma]]), np.zeros((1, x_index.size))
-    shifted, plain = (jax.device_get(inner((thetas, starts, np.asarray(flag)), args, kwargs)) for flag in (True, False))
+    shifted, plain = (jax.device_get(inner((thetas, starts, np.asarray(flag), entries.ids), args, kwargs)) for flag in (True, False))
     at = int(np.flatnonzero(x_index == beta_index)[0])
     joint_mode, mean = float(plain.x[0, at]), float(shifted.x[0, at] + shifted.shift[0, at])
 

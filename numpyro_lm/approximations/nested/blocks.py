@@ -8,37 +8,75 @@ and the blocks' sites' shifts (:func:`block_shifts`).
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ...core.starts import origin_point, spread_points
+from ...marginal.block_terms import BlockEntries, block_log_density, entry_directions, entry_products, find_block_entries
 from ...marginal.collapsed import VERDICT_NODES, block_constants, collapsed_quadrature, collapsed_value
 from ...marginal.laplace_marginal import scalar_blocks
 from ...marginal.quadrature import as_slice
+from ...mode.derivatives import forward_mode_refused
+from ...runtime.programs import in_float64, program
 from ..joint_fit import ROW_BUDGET, rows_at_once
 from .design import NestedDesign
 from .mixture import MixtureDraws, block_proposal, mixture_variances
 
-__all__ = ["Blocks", "find_blocks", "COLLAPSED_DRAWS", "COLLAPSED_WORK", "COLLAPSED_ROWS", "QUADRATURE_NUMBERS", "quadrature_rows",
+__all__ = ["Blocks", "block_entries", "ENTRY_OFFSET", "find_blocks", "COLLAPSED_DRAWS", "COLLAPSED_WORK", "COLLAPSED_ROWS", "QUADRATURE_NUMBERS", "quadrature_rows",
            "collapsed_draws", "collapsed_weights", "block_shifts"]
 
 
 class Blocks(NamedTuple):
     """A nested fit's scalar blocks, integrated out in its verdict: their positions in ``x``
-    (``local (J,)``), the globals' (``glob (G,)``), and the sites they make up."""
+    (``local (J,)``), the globals' (``glob (G,)``), the sites they make up, and which of the
+    model's log-probability entries are each block's (``entries``: :func:`block_entries`)."""
 
     local: np.ndarray
     glob: np.ndarray
     sites: frozenset
+    entries: Optional[BlockEntries] = None
 
 
-def find_blocks(layout, hessian, x_index, gaussian_cols) -> "Blocks | None":
+def _entry_products(info, point, directions, args, kwargs):
+    return entry_products(info, point, directions, args, kwargs)
+
+
+def block_entries(info, hessian, x_index, args, kwargs, compiler_options) -> Optional[BlockEntries]:
+    """Which of the model's log-probability entries are each scalar block's
+    (:func:`~numpyro_lm.marginal.block_terms.find_block_entries`), for a structured nested fit's
+    ``hessian`` over the coordinates ``x_index``; ``None`` where the blocks' quadrature integrates
+    slopes instead (entries shared by blocks, a model forward mode cannot differentiate,
+    ``obs_mask`` sites)."""
+    if not scalar_blocks(hessian) or info.layout.missing_data:
+        return None
+    local = np.asarray(x_index)[np.asarray(hessian.structure.local_index[:, 0])]
+    point = origin_point(info.layout)
+    point[local] += ENTRY_OFFSET * spread_points(1, local.size)[0]  # away from a prior's flat top
+    directions = entry_directions(info.size, local)
+    try:
+        products = in_float64(program(_entry_products, info, compiler_options=compiler_options),
+                              (point, directions), args, kwargs)
+    except TypeError as error:
+        if not forward_mode_refused(error):
+            raise
+        return None
+    entries = find_block_entries(products, directions, local)
+    # on the device once: the inner fits and the verdict take them at every call
+    return None if entries is None else entries._replace(ids=jax.device_put(entries.ids))
+
+
+ENTRY_OFFSET = 0.25
+"""How far (basis units, at most) :func:`block_entries` moves each block from the origin."""
+
+
+def find_blocks(layout, hessian, x_index, gaussian_cols, entries=None) -> "Blocks | None":
     """The :class:`Blocks` of a structured nested fit (``hessian`` its conditional fits' strategy over
     the coordinates ``x_index``) whose latent field is one scalar per plate entry, every one of them
     drawn from its Gaussian conditional (``gaussian_cols``) and every site either all blocks or none;
-    else ``None`` (the joint weights judge it)."""
+    else ``None`` (the joint weights judge it). ``entries``: :func:`block_entries`'."""
     if not scalar_blocks(hessian) or not np.all(gaussian_cols):
         return None
     local = np.asarray(hessian.structure.local_index[:, 0])
@@ -51,7 +89,8 @@ def find_blocks(layout, hessian, x_index, gaussian_cols) -> "Blocks | None":
             return None
         if part.any():
             sites.add(site.name)
-    return Blocks(local.astype(np.int32), np.asarray(hessian.structure.global_index, np.int32), frozenset(sites))
+    return Blocks(local.astype(np.int32), np.asarray(hessian.structure.global_index, np.int32), frozenset(sites),
+                  entries)
 
 
 COLLAPSED_DRAWS = (200, 1000)
@@ -124,12 +163,18 @@ def _collapsed_value(info, rows, ranges, flat, *rest):
                            rows)
 
 
-def _collapsed_quadrature(info, rows, ranges, flat, *rest):
-    """The float32 program of :func:`collapsed_weights`: the blocks' quadrature."""
-    design, (point, offset), (args, kwargs) = rest[:-4], rest[-4:-2], rest[-2:]
+def _collapsed_quadrature(info, rows, ranges, entry_sites, flat, *rest):
+    """The float32 program of :func:`collapsed_weights`: the blocks' quadrature (from each block's
+    log-probability entries where ``entry_sites``, :class:`BlockEntries`' ``(sites, blocks)``, is
+    given, their ids the last array)."""
+    (args, kwargs), rest = rest[-2:], rest[:-2]
+    ids, rest = (rest[-1], rest[:-1]) if entry_sites is not None else (None, rest)
+    design, (point, offset) = rest[:-2], rest[-2:]
     flat_local, proposal = _blocks_and_proposal(ranges, *design)
+    values = None if entry_sites is None else (
+        lambda v: block_log_density(info.site_log_probs(v, args, kwargs), entry_sites[0], ids, entry_sites[1]))
     return collapsed_quadrature(lambda v: info.log_density(v, args, kwargs), flat, flat_local, proposal,
-                                (point, offset), rows)
+                                (point, offset), rows, values=values)
 
 
 def collapsed_weights(call: Callable, info, design: NestedDesign, blocks: Blocks, made: MixtureDraws, flat,
@@ -152,7 +197,11 @@ def collapsed_weights(call: Callable, info, design: NestedDesign, blocks: Blocks
                                 arrays, float64=True, points=points)
     rows = quadrature_rows(numbers, num_samples)
     narrow = tuple(np.asarray(a, dtype) if np.issubdtype(np.asarray(a).dtype, np.floating) else a for a in arrays[1:])
-    quadrature = jax.device_get(call(_collapsed_quadrature, (info, rows, ranges), (flat,) + narrow, points=points))
+    entries = blocks.entries
+    entry_sites = None if entries is None else (entries.sites, entries.blocks)
+    extra = () if entries is None else (entries.ids,)
+    quadrature = jax.device_get(call(_collapsed_quadrature, (info, rows, ranges, entry_sites), (flat,) + narrow + extra,
+                                     points=points))
     log_p = (np.asarray(value, np.float64) + np.asarray(quadrature.log_ratio, np.float64)
              + block_constants(precision)[made.point])
     return (log_p, made.log_q_hyper + np.asarray(log_q_globals, np.float64),

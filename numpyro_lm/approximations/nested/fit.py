@@ -26,6 +26,7 @@ from ...core.structure import MAX_CCD_DIM, hyper_sites
 from ...core.trace import is_elementwise, site_values, split_coordinates
 from ...curvature import DenseCurvature, DiagonalCurvature, Gaussian
 from ...families import get_family
+from ...marginal.block_terms import block_log_density
 from ...marginal.conditional import (conditional_fit, conditional_hessian, matched_normaliser, mean_shift,
                                      point_params, quantile_sites, structured_mean_shift)
 from ...marginal.laplace_marginal import scalar_blocks
@@ -37,21 +38,30 @@ from ...runtime.random import host_generator
 from ..joint_fit import FitOptions, constrained, initial_point, log_densities
 from ..result import Result, verdict_draws
 from .design import BATCH, NestedDesign, ccd_points, integrate
-from .blocks import block_shifts, collapsed_draws, collapsed_weights, find_blocks
+from .blocks import block_entries, block_shifts, collapsed_draws, collapsed_weights, find_blocks
 from .mixture import MixtureDraws, draw, mixture_block, mixture_moments, mixture_variances
 from .search import ModeSearch, NonFiniteStart, explore
 
-__all__ = ["NestedResult", "Coordinates", "nested_coordinates", "MarginalAtPoints", "design_draws", "run_nested"]
+__all__ = ["NestedResult", "Coordinates", "nested_coordinates", "MarginalAtPoints", "inner_program", "design_draws",
+           "run_nested"]
 
 
-def _inner(info, tol, max_iter, theta_index: tuple, gaussian_cols: tuple, curvature: str, plate, thetas, x0s,
-           with_shift, args, kwargs):
-    """The inner fits at a batch of points (the program :func:`run_nested` compiles)."""
+def _inner(info, tol, max_iter, theta_index: tuple, gaussian_cols: tuple, curvature: str, plate, entry_sites,
+           thetas, x0s, with_shift, ids, args, kwargs):
+    """The inner fits at a batch of points (the program :func:`run_nested` compiles); with scalar
+    blocks whose log-probability entries are known (``entry_sites``: :class:`.blocks.Blocks`'
+    ``(sites, blocks)``, ``ids`` theirs), the blocks' quadrature reads them."""
     hessian = conditional_hessian(info.layout, theta_index, curvature, plate)
     layout, theta_index, gaussian_cols = info.layout, np.asarray(theta_index), np.asarray(gaussian_cols, bool)
 
     def neg(theta, x):
         return -info.log_density(site_values(layout, theta_index, theta, x), args, kwargs)
+
+    def block_values(theta, x):
+        terms = info.site_log_probs(site_values(layout, theta_index, theta, x), args, kwargs)
+        return block_log_density(terms, entry_sites[0], ids, entry_sites[1])
+
+    blocks = None if entry_sites is None else block_values
 
     def at(theta):  # the strategy at theta (the low-rank update needs the prior there)
         return hessian.bind(lambda x: -info.log_prior(site_values(layout, theta_index, theta, x), args, kwargs))
@@ -59,14 +69,15 @@ def _inner(info, tol, max_iter, theta_index: tuple, gaussian_cols: tuple, curvat
     # one point after another (lax.map), not vmap: a point's fit compiles without the batching
     # transformation (less compile time, the same run time), and each point's Newton iterations
     # stop when it converges
-    fits, curvature = lax.map(lambda tx: conditional_fit(neg, tx[0], tx[1], tol, max_iter, at(tx[0])), (thetas, x0s))
+    fits, curvature = lax.map(lambda tx: conditional_fit(neg, tx[0], tx[1], tol, max_iter, at(tx[0]), blocks),
+                              (thetas, x0s))
     shift = jnp.zeros_like(fits.x)
     if scalar_blocks(hessian):
         # the globals' shift enters the Laplace marginal too (structured_mean_shift); on the
         # design's points only (a 10^5-group fit's shifts cost as much as its inner fits): the
         # mode search centres the lattice without it, the lattice's weights carry it
         def shifts_and_gains():
-            shift, gain = lax.map(lambda a: structured_mean_shift(neg, *a, at(a[0]), with_gain=True),
+            shift, gain = lax.map(lambda a: structured_mean_shift(neg, *a, at(a[0]), with_gain=True, blocks=blocks),
                                   (thetas, fits.x, curvature))
             return jnp.where(gaussian_cols, shift, 0.0), gain
 
@@ -89,6 +100,22 @@ def _inner(info, tol, max_iter, theta_index: tuple, gaussian_cols: tuple, curvat
         layout, theta_index, fits.x, fits.precision_diagonal, fits.uncoupled, params
     )
     return fits._replace(log_density=log_density, params=params, shift=shift)
+
+
+def inner_program(info, tol: float, max_iter: int, theta_index: tuple, gaussian_cols: tuple, curvature: str, plate,
+                  args, kwargs, compiler_options=None):
+    """``(run, entries)``: :func:`_inner` compiled, ``run((thetas, x0s, with_shift, ids), args, kwargs)``,
+    and with scalar blocks the blocks' log-probability entries (:func:`.blocks.block_entries`;
+    ``ids = entries.ids``, else ``()``)."""
+    hessian = conditional_hessian(info.layout, theta_index, curvature, plate)
+    x_index = np.setdiff1d(np.arange(info.size), theta_index)
+    structured = not isinstance(hessian, DenseHessian)
+    entries = block_entries(info, hessian, x_index, args, kwargs, compiler_options) if structured else None
+    entry_sites = None if entries is None else (entries.sites, entries.blocks)
+    # 20-60 calls (the search, the design): LLVM's optimisations pay for themselves but on small models
+    return program(_inner, info, tol, max_iter, theta_index, gaussian_cols, curvature, plate, entry_sites,
+                   compiler_options=options_for_repeats(compiler_options, info.size + info.layout.observed_size)
+                   ), entries
 
 
 def _match_diagonal(info, mean, var, block_index, block_cov, args, kwargs):
@@ -275,9 +302,10 @@ class MarginalAtPoints:
     design. A ``structured`` (block-arrowhead) model fits one point per call (padding a batch
     costs whole fits, which large models cannot spare) in float64, and its structure is checked."""
 
-    def __init__(self, inner, structured: bool, layout, options: FitOptions, dtype, bar, args, kwargs):
+    def __init__(self, inner, structured: bool, layout, options: FitOptions, dtype, bar, args, kwargs, ids=()):
         self.inner, self.structured, self.layout, self.options, self.dtype = inner, structured, layout, options, dtype
         self.batch, self.bar, self.args, self.kwargs = 1 if structured else BATCH, bar, args, kwargs
+        self.ids = ids  # the blocks' entries' ids (:func:`.blocks.block_entries`), device arrays
 
     def __call__(self, thetas, x0s, with_shift=False):
         # padding and gathering on the host (eager JAX slicing costs more than the fit)
@@ -294,6 +322,7 @@ class MarginalAtPoints:
         return fits
 
     def _call(self, arrays):
+        arrays = (*arrays, self.ids)
         if self.structured:
             # a large model's Laplace marginal is a difference of sums of 10^5-10^6 terms, below
             # float32's resolution (an ulp of 1e6 is 0.06); and a regression with more coefficients
@@ -315,12 +344,12 @@ def run_nested(info, options: FitOptions, hyper, rng_key, args, kwargs, init_par
     if not structured and options.curvature != "dense":
         check_dense_memory(layout, np.dtype(dtype).itemsize, "the nested fit's hyperparameters lie in the plate.")
     block_index = _event_columns(layout, split.theta_index) if structured else None  # refused before any fit
-    # 20-60 calls (the search, the design): LLVM's optimisations pay for themselves but on small models
-    inner = program(_inner, info, options.tolerance(dtype), options.max_iter, hyper_key,
-                    tuple(bool(c) for c in split.gaussian_cols), options.curvature, options.plate,
-                    compiler_options=options_for_repeats(compiler_options, info.size + layout.observed_size))
+    inner, entries = inner_program(info, options.tolerance(dtype), options.max_iter, hyper_key,
+                                   tuple(bool(c) for c in split.gaussian_cols), options.curvature, options.plate,
+                                   args, kwargs, compiler_options)
     bar = progress(progress_bar, desc="nested Laplace inner fits", unit="fit")
-    marginal = MarginalAtPoints(inner, structured, layout, options, dtype, bar, args, kwargs)
+    marginal = MarginalAtPoints(inner, structured, layout, options, dtype, bar, args, kwargs,
+                                () if entries is None else entries.ids)
     with bar:
         search = _mode_search(marginal, info, options, split, rng_key, init_params, args, kwargs, compiler_options)
         design = integrate(marginal, search, split.theta_index, split.x_index, split.gaussian_cols,
@@ -334,7 +363,7 @@ def run_nested(info, options: FitOptions, hyper, rng_key, args, kwargs, init_par
         )
     # the verdict's draws (get_samples' are their first num_samples: one program to compile)
     n = verdict_draws(info, args, kwargs, num_samples)
-    blocks = find_blocks(layout, hessian, split.x_index, split.gaussian_cols) if structured else None
+    blocks = find_blocks(layout, hessian, split.x_index, split.gaussian_cols, entries) if structured else None
     if blocks is not None:  # the verdict's draws are get_samples' first ones, or the other way round
         n = max(num_samples, collapsed_draws(info, n))
     draws = {n: design_draws(design, layout, rng_key, n)}
