@@ -31,12 +31,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["BlockEntries", "entry_products", "find_block_entries", "block_log_density", "ENTRY_BASE"]
+from ..core.starts import origin_point, spread_points
+from ..mode.derivatives import forward_mode_refused
+from ..runtime.programs import in_float64, program
+
+__all__ = ["BlockEntries", "find_entries", "entry_products", "entry_directions", "find_block_entries",
+           "block_log_density", "ENTRY_BASE", "ENTRY_OFFSET"]
 
 ENTRY_BASE = 1024
 """The base in which two direction ratios spell a block's index (:func:`find_block_entries`):
 ratios of at most 1024 are exact to 1e-10 in float64 however many blocks."""
 _CHECK_TOL = 1e-6  # relative: the ratios' float64 round-off is 1e-13
+ENTRY_OFFSET = 0.25
+"""How far (basis units, at most) :func:`find_entries` moves each block from the origin."""
 
 
 class BlockEntries(NamedTuple):
@@ -51,6 +58,29 @@ class BlockEntries(NamedTuple):
     sites: tuple
     ids: tuple
     blocks: int
+
+
+def find_entries(info, local: np.ndarray, args, kwargs, compiler_options=None) -> Optional[BlockEntries]:
+    """The :class:`BlockEntries` of the scalar blocks at the flat coordinates ``local (J,)``
+    (module docstring), or ``None`` where the quadrature integrates slopes instead (entries
+    shared by blocks, a model forward mode cannot differentiate, ``obs_mask`` sites). The
+    block indices go to the device once: the programs that read them run many times."""
+    if info.layout.missing_data:
+        return None
+    point = origin_point(info.layout)
+    point[local] += ENTRY_OFFSET * spread_points(1, local.size)[0]  # away from a prior's flat top
+    directions = entry_directions(info.size, local)
+    try:
+        products = in_float64(program(entry_products, info, compiler_options=compiler_options),
+                              (point, directions), args, kwargs)
+    except TypeError as error:
+        if not forward_mode_refused(error):
+            raise
+        return None
+    if any(isinstance(p, jax.core.Tracer) for p in jax.tree.leaves(products)):
+        return None  # called under a trace (LaplaceNUTS' chains inside pmap): nothing can be read
+    entries = find_block_entries(products, directions, local)
+    return None if entries is None else entries._replace(ids=jax.device_put(entries.ids))
 
 
 def entry_products(info, point, directions, args, kwargs):

@@ -158,20 +158,20 @@ conditional_mode.defvjp(_mode_fwd, _mode_bwd)
 
 
 def laplace_marginal(log_density, phi, theta0, tol, max_iter, hessian=DenseHessian(), quadrature: bool = False,
-                     batched: bool = False):
+                     batched: bool = False, values=None):
     r"""``(log p~(phi | y) up to a constant, theta*, the strategy's Hessian at theta*, ok)``
     (module docstring). Where the inner solve failed the value is ``-inf``. ``quadrature``:
     where the Hessian is block-arrowhead with scalar blocks (a random intercept per group),
     each block's integral by adaptive Gauss-Hermite quadrature instead of Laplace
     (:func:`~numpyro_lm.marginal.quadrature.block_quadrature_correction`, differentiated like
-    the rest; ``batched``: its gradients at once, see there)."""
+    the rest; ``batched``: its gradients at once, see there; ``values``: :func:`quadrature_correction`'s)."""
     # the search's last step is verified here, where the model is evaluated anyway
     theta, ok = conditional_mode(log_density, phi, theta0, tol, max_iter, hessian, True)
     value, grad, hess, _ = hessian.evaluate(lambda t: -log_density(t, phi), theta)
     half_logdet, positive, decrement = _half_logdet(hessian, hess, grad)
     out = -value + 0.5 * theta.shape[-1] * jnp.log(2.0 * jnp.pi) - half_logdet
     if quadrature and scalar_blocks(hessian):
-        out = out + quadrature_correction(log_density, phi, theta, hessian, hess, batched)
+        out = out + quadrature_correction(log_density, phi, theta, hessian, hess, batched, values)
     ok = ok & positive & is_converged(decrement, jax.lax.stop_gradient(value), tol) & jnp.isfinite(out)
     return jnp.where(ok, out, -jnp.inf), theta, hess, ok
 

@@ -7,7 +7,7 @@ its module docstring has the mathematics.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -54,7 +54,9 @@ class MarginalTarget(NamedTuple):
     flat coordinates of the field ``theta_index`` and of the hyperparameters ``phi_index`` (of
     ``size`` in all), the inner Hessian strategy, the inner Newton tolerance ``tol(dtype)`` and
     evaluations ``max_iter``; ``quadrature``: ``True`` (the correction by delayed acceptance),
-    ``"potential"`` or ``False``; ``batched``: the correction's gradients at once."""
+    ``"potential"`` or ``False``; ``batched``: the correction's gradients at once;
+    ``block_values(theta, phi) -> (J,)``: each scalar block's own terms, where the model's
+    log-probability entries give them (:mod:`~numpyro_lm.marginal.block_terms`)."""
 
     log_density: Callable
     theta_index: np.ndarray
@@ -65,6 +67,7 @@ class MarginalTarget(NamedTuple):
     max_iter: int
     quadrature: object = True
     batched: bool = True
+    block_values: Optional[Callable] = None
 
     @property
     def delayed(self) -> bool:
@@ -89,7 +92,8 @@ def potential_energy(target: MarginalTarget, phi, theta_start, corrected: bool =
     """``-log p~(phi | y)``, the chain's target, its inner search started at ``theta_start``;
     ``corrected=False``: without the quadrature's correction (the Laplace marginal alone)."""
     value, _, _, _ = laplace_marginal(target.log_density, phi, theta_start, target.tol(phi.dtype), target.max_iter,
-                                      target.hessian, bool(target.quadrature) and corrected, target.batched)
+                                      target.hessian, bool(target.quadrature) and corrected, target.batched,
+                                      target.block_values)
     return -value
 
 
@@ -97,7 +101,8 @@ def correction(target: MarginalTarget, phi, mode, hess):
     r""":math:`c(\phi)` at the conditional mode (0 without delayed acceptance)."""
     if not target.delayed:
         return jnp.zeros((), phi.dtype)
-    return quadrature_correction(target.log_density, phi, mode, target.hessian, hess, target.batched)
+    return quadrature_correction(target.log_density, phi, mode, target.hessian, hess, target.batched,
+                                 target.block_values)
 
 
 def found_mode(target: MarginalTarget, phi, theta_start):

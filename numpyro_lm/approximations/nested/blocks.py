@@ -14,18 +14,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ...core.starts import origin_point, spread_points
-from ...marginal.block_terms import BlockEntries, block_log_density, entry_directions, entry_products, find_block_entries
+from ...marginal.block_terms import BlockEntries, block_log_density, find_entries
 from ...marginal.collapsed import VERDICT_NODES, block_constants, collapsed_quadrature, collapsed_value
 from ...marginal.laplace_marginal import scalar_blocks
 from ...marginal.quadrature import as_slice
-from ...mode.derivatives import forward_mode_refused
-from ...runtime.programs import in_float64, program
 from ..joint_fit import ROW_BUDGET, rows_at_once
 from .design import NestedDesign
 from .mixture import MixtureDraws, block_proposal, mixture_variances
 
-__all__ = ["Blocks", "block_entries", "ENTRY_OFFSET", "find_blocks", "COLLAPSED_DRAWS", "COLLAPSED_WORK", "COLLAPSED_ROWS", "QUADRATURE_NUMBERS", "quadrature_rows",
+__all__ = ["Blocks", "block_entries", "find_blocks", "COLLAPSED_DRAWS", "COLLAPSED_WORK", "COLLAPSED_ROWS", "QUADRATURE_NUMBERS", "quadrature_rows",
            "collapsed_draws", "collapsed_weights", "block_shifts"]
 
 
@@ -40,36 +37,13 @@ class Blocks(NamedTuple):
     entries: Optional[BlockEntries] = None
 
 
-def _entry_products(info, point, directions, args, kwargs):
-    return entry_products(info, point, directions, args, kwargs)
-
-
 def block_entries(info, hessian, x_index, args, kwargs, compiler_options) -> Optional[BlockEntries]:
-    """Which of the model's log-probability entries are each scalar block's
-    (:func:`~numpyro_lm.marginal.block_terms.find_block_entries`), for a structured nested fit's
-    ``hessian`` over the coordinates ``x_index``; ``None`` where the blocks' quadrature integrates
-    slopes instead (entries shared by blocks, a model forward mode cannot differentiate,
-    ``obs_mask`` sites)."""
-    if not scalar_blocks(hessian) or info.layout.missing_data:
+    """:func:`~numpyro_lm.marginal.block_terms.find_entries` for a structured nested fit's scalar
+    blocks (``hessian`` its conditional fits' strategy over the coordinates ``x_index``), else ``None``."""
+    if not scalar_blocks(hessian):
         return None
-    local = np.asarray(x_index)[np.asarray(hessian.structure.local_index[:, 0])]
-    point = origin_point(info.layout)
-    point[local] += ENTRY_OFFSET * spread_points(1, local.size)[0]  # away from a prior's flat top
-    directions = entry_directions(info.size, local)
-    try:
-        products = in_float64(program(_entry_products, info, compiler_options=compiler_options),
-                              (point, directions), args, kwargs)
-    except TypeError as error:
-        if not forward_mode_refused(error):
-            raise
-        return None
-    entries = find_block_entries(products, directions, local)
-    # on the device once: the inner fits and the verdict take them at every call
-    return None if entries is None else entries._replace(ids=jax.device_put(entries.ids))
-
-
-ENTRY_OFFSET = 0.25
-"""How far (basis units, at most) :func:`block_entries` moves each block from the origin."""
+    return find_entries(info, np.asarray(x_index)[np.asarray(hessian.structure.local_index[:, 0])], args, kwargs,
+                        compiler_options)
 
 
 def find_blocks(layout, hessian, x_index, gaussian_cols, entries=None) -> "Blocks | None":
