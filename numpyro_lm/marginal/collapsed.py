@@ -23,7 +23,8 @@ against its quadrature moments (:func:`collapsed_quadrature`).
 
 The three parts are computed where their precision needs: :math:`f(c)`, a sum over every
 observation, in float64 (:func:`collapsed_value`); :math:`\sum_j \log R_j`, a sum of small
-terms, from float32 gradients (:func:`collapsed_quadrature`, most of the work); and
+terms, in float32, from each block's own terms or from gradients (:func:`collapsed_quadrature`,
+most of the work); and
 :math:`\sum_j \tfrac12 \log(2\pi / a_j)`, which depends only on the design point, on the host
 (:func:`block_constants`).
 """
