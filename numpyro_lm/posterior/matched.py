@@ -133,6 +133,33 @@ class AffineTransformed(dist.TransformedDistribution):
         return jnp.square(self._affine.scale) * self.base_dist.variance
 
 
+class NoClosedFormMoments(dist.TransformedDistribution):
+    """A matched Gaussian mapped through a site's nonlinear basis transform (ordered, zero-sum,
+    correlation-Cholesky, stick-breaking...): its density and draws are exact, its mean and
+    variance have no closed form, and asking for them names the site and the way to them
+    (numpyro's own ``TransformedDistribution`` raises a bare ``NotImplementedError``)."""
+
+    pytree_aux_fields = ("site_name",)
+
+    def __init__(self, base_distribution, transforms, site_name: str = "", validate_args=None):
+        self.site_name = site_name
+        super().__init__(base_distribution, transforms, validate_args=validate_args)
+
+    def _no_closed_form(self, moment: str):
+        return NotImplementedError(
+            f"site {self.site_name!r}: the {moment} of its matched Gaussian mapped through "
+            f"{type(self.transforms[-1]).__name__} has no closed form. Estimate it from draws: "
+            f"lm.get_samples()[{self.site_name!r}].{'mean' if moment == 'mean' else 'var'}(0).")
+
+    @property
+    def mean(self):
+        raise self._no_closed_form("mean")
+
+    @property
+    def variance(self):
+        raise self._no_closed_form("variance")
+
+
 def _outer_transform(t):
     """The part of a basis transform after its core (``exp``/``sigmoid``): the bounds."""
     if isinstance(t, IndependentTransform):
@@ -166,10 +193,10 @@ def _site_distribution(site, params: dict, transform):
         if isinstance(transform, ExpTransform) and type(d) is dist.Normal:
             # the same distribution, with the mean and variance a TransformedDistribution lacks
             return dist.LogNormal(d.loc, d.scale)
-        return dist.TransformedDistribution(d, transform)
+        return NoClosedFormMoments(d, transform, site.name)
     outer = _outer_transform(transform)
     if outer is None:
         return d
     if isinstance(outer, AffineTransform):
         return AffineTransformed(d, outer)
-    return dist.TransformedDistribution(d, outer)
+    return NoClosedFormMoments(d, outer, site.name)

@@ -88,3 +88,26 @@ def test_a_gaussian_in_the_log_basis_is_a_lognormal_with_its_moments():
     # Monte Carlo: the mean's standard error is sd / sqrt(2e5) < 0.3 % of it here (scale < 1)
     assert draws.mean() == pytest.approx(float(d.mean), rel=0.01)
     assert np.log(draws).mean() == pytest.approx(loc, abs=0.01)
+
+
+def _constrained_vectors(y=None):
+    cut = numpyro.sample("cut", dist.TransformedDistribution(dist.Normal(0.0, 1.0).expand([3]),
+                                                             dist.transforms.OrderedTransform()))
+    effect = numpyro.sample("effect", dist.ZeroSumNormal(1.0, event_shape=(3,)))
+    numpyro.sample("y", dist.Normal(cut + effect, 1.0).to_event(1), obs=y)
+
+
+@pytest.mark.parametrize("site", ["cut", "effect"])
+def test_moments_without_a_closed_form_are_refused_by_name(site):
+    """An ordered or zero-sum site's matched Gaussian, mapped through its basis transform, has
+    exact draws and density but no closed-form mean: asking names the site and the way to it
+    (numpyro's TransformedDistribution raised a bare NotImplementedError)."""
+    lm = LaplaceMatching(_constrained_vectors, strategy="laplace", progress_bar=False)
+    lm.run(jax.random.PRNGKey(0), y=jnp.array([-0.5, 0.3, 1.1]))
+    d = lm.posterior[site]
+    for moment in ("mean", "variance"):
+        with pytest.raises(NotImplementedError, match=rf"site '{site}'.*no closed form.*get_samples\(\)\['{site}'\]"):
+            getattr(d, moment)
+    draws = d.sample(jax.random.PRNGKey(1), (4,))
+    assert draws.shape == (4, 3) and bool(jnp.all(jnp.isfinite(d.log_prob(draws))))
+    assert "TransformedDistribution(" in describe(d)
