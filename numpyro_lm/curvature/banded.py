@@ -1,0 +1,278 @@
+r"""Banded curvature: a latent Markov field's precision, block-tridiagonal, factorised in ``O(n b^3)``.
+
+A time series' latent trend (an AR(1) or random walk written with ``scan``), or a field over
+regions after a bandwidth-reducing ordering, has a precision whose entries vanish beyond a
+half-bandwidth :math:`b`: :math:`H_{ij} = 0` for :math:`|i - j| > b`. Cut into :math:`n`
+consecutive blocks of :math:`b` coordinates it is block-tridiagonal,
+
+.. math:: H = \begin{pmatrix} A_0 & B_0^\top & & \\ B_0 & A_1 & B_1^\top & \\
+          & B_1 & A_2 & \ddots \\ & & \ddots & \ddots \end{pmatrix},
+
+and its Cholesky factor :math:`H = L L^\top` is block-bidiagonal: diagonal blocks
+:math:`D_i` (lower triangular) and sub-diagonal blocks :math:`C_i`, from the recursion
+
+.. math:: D_0 D_0^\top = A_0, \qquad C_{i-1} = B_{i-1} D_{i-1}^{-\top}, \qquad
+          D_i D_i^\top = A_i - C_{i-1} C_{i-1}^\top
+
+(Golub and Van Loan, *Matrix Computations*, 4th ed., sec. 4.5.2; the block-tridiagonal
+factorisations of R-INLA's and sTiles' solvers). Each operation of
+:class:`~numpyro_lm.curvature.base.Curvature` is then a ``lax.scan`` over the blocks:
+
+- solves: forward :math:`y_i = D_i^{-1}(v_i - C_{i-1} y_{i-1})`, backward
+  :math:`x_i = D_i^{-\top}(y_i - C_i^\top x_{i+1})`;
+- draws :math:`L^{-\top} e` (the backward sweep alone) and whitening :math:`L^\top d`;
+- :math:`\log\det H = 2\sum_i \log\det D_i`;
+- the marginal variances without the inverse, by the Takahashi recursion (Takahashi, Fagan
+  and Chen 1973; Rue and Martino 2007 for GMRFs): with :math:`M_i = C_i D_i^{-1}`,
+  :math:`\Sigma_{n-1} = (D_{n-1} D_{n-1}^\top)^{-1}` and
+  :math:`\Sigma_i = (D_i D_i^\top)^{-1} + M_i^\top \Sigma_{i+1} M_i` (the diagonal blocks of
+  :math:`H^{-1}`, from :math:`L^\top \Sigma = L^{-1}` read block row by block row).
+
+A dimension that is not a multiple of :math:`b` is padded with identity coordinates coupled to
+nothing: they add nothing to the log-determinant and are dropped from every result.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .base import power_extremes
+
+__all__ = ["BandedCurvature", "band_blocks", "banded_factor", "banded_matvec"]
+
+
+def _chol(a):
+    """Lower Cholesky factor of a ``(b, b)`` block (NaN where not positive definite)."""
+    return jnp.sqrt(a) if a.shape[-1] == 1 else jnp.linalg.cholesky(a)
+
+
+def _lower_solve(d, v):
+    """``D^-1 v``, ``d (b, b)`` lower triangular, ``v (b, k)``."""
+    return v / d if d.shape[-1] == 1 else jax.scipy.linalg.solve_triangular(d, v, lower=True)
+
+
+def _upper_solve(d, v):
+    """``D^-T v``."""
+    return v / d if d.shape[-1] == 1 else jax.scipy.linalg.solve_triangular(d, v, lower=True, trans=1)
+
+
+def banded_factor(diag, lower):
+    """``(D (n, b, b), C (n-1, b, b))``: the block Cholesky factor of the block-tridiagonal
+    precision with diagonal blocks ``diag`` and sub-diagonal blocks ``lower`` (module docstring);
+    NaN from the first block that is not positive definite on."""
+    first = _chol(diag[0])
+
+    def step(d_prev, blocks):
+        a, b = blocks
+        c = _lower_solve(d_prev, b.T).T  # B D^-T = (D^-1 B^T)^T
+        d = _chol(a - c @ c.T)
+        return d, (d, c)
+
+    _, (rest, c) = jax.lax.scan(step, first, (diag[1:], lower))
+    return jnp.concatenate([first[None], rest]), c
+
+
+def banded_matvec(diag, lower, v):
+    """``H v`` for the block-tridiagonal ``H``, ``v (n, b, k)``."""
+    out = jnp.einsum("nij,njk->nik", diag, v)
+    below = jnp.einsum("nij,njk->nik", lower, v[:-1])  # B_i v_i lands in block i + 1
+    above = jnp.einsum("nji,njk->nik", lower, v[1:])  # B_i^T v_{i+1} lands in block i
+    return out.at[1:].add(below).at[:-1].add(above)
+
+
+def band_blocks(band, size: int):
+    """``(diag (n, b, b), lower (n-1, b, b), pad)`` from the lower band ``band (D, size + 1)``,
+    ``band[i, k] = H[i, i - k]`` (entries before the first row ignored), for blocks of ``size``
+    coordinates; ``pad`` the identity coordinates added (``D`` a multiple of ``size`` after)."""
+    dim = band.shape[0]
+    pad = -dim % size
+    n = (dim + pad) // size
+    band = jnp.concatenate([band, jnp.zeros((pad, size + 1), band.dtype).at[:, 0].set(1.0)])
+    rows = np.arange(n * size)
+    # dense coordinates of each block: block i holds rows i*size ... i*size + size - 1
+    r = rows.reshape(n, size)
+    full = {}
+    for name, shift in (("diag", 0), ("lower", 1)):
+        i = r[shift:][:, :, None]  # (m, b, 1) the row
+        j = (r[:n - shift] if shift else r)[:, None, :]  # (m, 1, b) the column
+        k = i - j  # band offset
+        ok = (k >= 0) & (k <= size)
+        vals = band[np.clip(i, 0, None), np.clip(k, 0, size)]
+        vals = jnp.where(ok, vals, 0.0)
+        if shift == 0:  # the upper triangle of a diagonal block by symmetry
+            vals = jnp.where(k >= 0, vals, jnp.swapaxes(vals, -1, -2))
+        full[name] = vals
+    return full["diag"], full["lower"], pad
+
+
+class BandedCurvature(NamedTuple):
+    """A block-tridiagonal precision and its block Cholesky factor (module docstring).
+
+    ``diag (n, b, b)``, ``lower (n-1, b, b)``: the precision's blocks; ``diag_chol``,
+    ``lower_chol``: :func:`banded_factor`'s; ``pad (p,)``: zeros, as many as the identity
+    coordinates that make the dimension a multiple of ``b`` (a shape, read as such under ``jit``).
+    """
+
+    diag: jnp.ndarray
+    lower: jnp.ndarray
+    diag_chol: jnp.ndarray
+    lower_chol: jnp.ndarray
+    pad: jnp.ndarray
+
+    @classmethod
+    def from_blocks(cls, diag, lower, pad: int = 0) -> "BandedCurvature":
+        diag = 0.5 * (diag + jnp.swapaxes(diag, -1, -2))
+        return cls(diag, lower, *banded_factor(diag, lower), jnp.zeros(pad, diag.dtype))
+
+    @classmethod
+    def from_band(cls, band, size: int) -> "BandedCurvature":
+        """From the lower band ``band (D, size + 1)``, ``band[i, k] = H[i, i - k]``."""
+        diag, lower, pad = band_blocks(band, size)
+        return cls.from_blocks(diag, lower, pad)
+
+    @property
+    def dim(self) -> int:
+        return self.diag.shape[-3] * self.diag.shape[-1] - self.pad.shape[-1]
+
+    # ------------------------------------------------------------ layout
+
+    def _blocks_of(self, v):
+        """``(..., D)`` -> ``(n, b, cols)`` (padded with zeros) and the leading shape."""
+        lead = v.shape[:-1]
+        cols = v.reshape((-1, v.shape[-1]))
+        cols = jnp.concatenate([cols, jnp.zeros((cols.shape[0], self.pad.shape[-1]), cols.dtype)], axis=1)
+        n, b = self.diag.shape[-3], self.diag.shape[-1]
+        return jnp.moveaxis(cols.reshape((-1, n, b)), 0, -1), lead
+
+    def _from_blocks(self, x, lead):
+        flat = jnp.moveaxis(x, -1, 0).reshape((x.shape[-1], -1))[:, :self.dim]
+        return flat.reshape(lead + (self.dim,))
+
+    # ------------------------------------------------------------ the algebra
+
+    @property
+    def precision(self):
+        """The dense precision (small models and tests only: ``D x D``)."""
+        return self.matvec(jnp.eye(self.dim, dtype=self.diag.dtype))
+
+    def matvec(self, v):
+        """``H v`` for ``v`` of shape ``(..., D)``."""
+        x, lead = self._blocks_of(v)
+        return self._from_blocks(banded_matvec(self.diag, self.lower, x), lead)
+
+    def positive(self):
+        """Every pivot finite and above the rounding of the block it was eliminated from."""
+        eps = jnp.finfo(self.diag.dtype).eps
+        pivots = jnp.diagonal(self.diag_chol, axis1=-2, axis2=-1) ** 2
+        scale = jnp.max(jnp.abs(jnp.diagonal(self.diag, axis1=-2, axis2=-1)), axis=-1, keepdims=True)
+        floor = jnp.sqrt(pivots.shape[-1]) * eps * scale
+        return jnp.all(jnp.isfinite(self.diag_chol)) & jnp.all(jnp.isfinite(self.lower_chol)) & jnp.all(pivots > floor)
+
+    def _forward(self, v):
+        """``L^-1 v``, ``v (n, b, k)``."""
+        first = _lower_solve(self.diag_chol[0], v[0])
+
+        def step(y_prev, blocks):
+            d, c, vi = blocks
+            y = _lower_solve(d, vi - c @ y_prev)
+            return y, y
+
+        _, rest = jax.lax.scan(step, first, (self.diag_chol[1:], self.lower_chol, v[1:]))
+        return jnp.concatenate([first[None], rest])
+
+    def _backward(self, y):
+        """``L^-T y``, ``y (n, b, k)``."""
+        last = _upper_solve(self.diag_chol[-1], y[-1])
+
+        def step(x_next, blocks):
+            d, c, yi = blocks
+            x = _upper_solve(d, yi - c.T @ x_next)
+            return x, x
+
+        _, rest = jax.lax.scan(step, last, (self.diag_chol[:-1], self.lower_chol, y[:-1]), reverse=True)
+        return jnp.concatenate([rest, last[None]])
+
+    def solve(self, v):
+        x, lead = self._blocks_of(v)
+        return self._from_blocks(self._backward(self._forward(x)), lead)
+
+    def inv_sqrt(self, eps):
+        x, lead = self._blocks_of(eps)
+        return self._from_blocks(self._backward(x), lead)
+
+    def whiten(self, d):
+        x, lead = self._blocks_of(d)
+        w = jnp.einsum("nji,njk->nik", self.diag_chol, x)  # D_i^T d_i
+        w = w.at[:-1].add(jnp.einsum("nji,njk->nik", self.lower_chol, x[1:]))  # + C_i^T d_{i+1}
+        return self._from_blocks(w, lead)
+
+    def logdet(self):
+        return 2.0 * jnp.sum(jnp.log(jnp.diagonal(self.diag_chol, axis1=-2, axis2=-1)))
+
+    def _usable(self, x):
+        return jnp.where(self.positive(), x, jnp.nan)
+
+    def covariance_blocks(self):
+        """``(n, b, b)``: the diagonal blocks of :math:`H^{-1}` (the Takahashi recursion)."""
+        eye = jnp.eye(self.diag.shape[-1], dtype=self.diag.dtype)
+        d_inv = jax.vmap(lambda d: _lower_solve(d, eye))(self.diag_chol)  # D_i^-1
+        own = jnp.einsum("nki,nkj->nij", d_inv, d_inv)  # (D_i D_i^T)^-1 = D_i^-T D_i^-1
+        m = jnp.einsum("nij,njk->nik", self.lower_chol, d_inv[:-1])  # M_i = C_i D_i^-1
+
+        def step(sigma_next, blocks):
+            own_i, m_i = blocks
+            sigma = own_i + m_i.T @ sigma_next @ m_i
+            return sigma, sigma
+
+        _, rest = jax.lax.scan(step, own[-1], (own[:-1], m), reverse=True)
+        return jnp.concatenate([rest, own[-1][None]])
+
+    def variance(self):
+        blocks = self.covariance_blocks()
+        return self._usable(jnp.diagonal(blocks, axis1=-2, axis2=-1).reshape(-1)[:self.dim])
+
+    def block(self, index):
+        """``(H^-1)_{II}`` by ``k`` solves (``O(k n b^2)``; a few coordinates, a site's)."""
+        index = jnp.asarray(index)
+        flat = index.reshape(-1)
+        units = jax.nn.one_hot(flat, self.dim, dtype=self.diag.dtype)  # (k, D)
+        cols = self.solve(units)[:, flat]  # (k, k)
+        return self._usable(cols.reshape(index.shape + index.shape[-1:])
+                            if index.ndim == 1 else _batched_block(cols, index))
+
+    def spectrum(self):
+        """The dense eigendecomposition: for small problems (errors, tests); large ones use
+        :meth:`extreme_eigenvalues`."""
+        return jnp.linalg.eigh(self.precision)
+
+    def extreme_eigenvalues(self, num_iter: int = 50):
+        """``(lowest, highest)`` eigenvalue estimates of ``H`` (power iteration with the solve)."""
+        return power_extremes(self.matvec, self.solve, self.dim, self.diag.dtype, self.positive(), num_iter)
+
+    def diagonal(self):
+        """The precision's diagonal ``(D,)``."""
+        return jnp.diagonal(self.diag, axis1=-2, axis2=-1).reshape(-1)[:self.dim]
+
+    def uncoupled(self):
+        """``(D,)``: the coordinates the precision couples to no other."""
+        b = self.diag.shape[-1]
+        eye = jnp.eye(b, dtype=bool)
+        own = jnp.all((self.diag == 0) | eye, axis=-1)  # (n, b): no coupling inside the block
+        pad_row = jnp.zeros((1, b), bool)
+        below = jnp.concatenate([pad_row, jnp.any(self.lower != 0, axis=-1)])  # row i of B_{i-1}
+        above = jnp.concatenate([jnp.any(self.lower != 0, axis=-2), pad_row])  # column i of B_i
+        return (own & ~below & ~above).reshape(-1)[:self.dim]
+
+
+def _batched_block(cols, index):
+    """``(..., k, k)`` from the ``(K, K)`` covariance of every index in ``index (..., k)`` flattened."""
+    k = index.shape[-1]
+    lead = index.shape[:-1]
+    m = int(np.prod(lead)) if lead else 1
+    starts = np.arange(m) * k
+    blocks = jnp.stack([cols[s:s + k, s:s + k] for s in starts])
+    return blocks.reshape(lead + (k, k))

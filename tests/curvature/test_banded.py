@@ -1,0 +1,85 @@
+"""Banded (block-tridiagonal) curvature: against dense linear algebra and the AR(1) closed form."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from numpyro_lm.curvature import Curvature
+from numpyro_lm.curvature.banded import BandedCurvature
+
+pytestmark = pytest.mark.usefixtures("x64")
+
+
+def random_band(dim, half_width, seed=0):
+    """A random positive definite precision with entries only within ``half_width`` of the
+    diagonal: ``(dense, lower band (dim, half_width + 1))``."""
+    rng = np.random.default_rng(seed)
+    h = np.zeros((dim, dim))
+    for k in range(1, half_width + 1):
+        off = rng.normal(size=dim - k)
+        h += np.diag(off, -k) + np.diag(off, k)
+    h += np.diag(np.abs(h).sum(1) + rng.uniform(0.5, 2.0, dim))  # diagonally dominant
+    band = np.zeros((dim, half_width + 1))
+    for k in range(half_width + 1):
+        band[k:, k] = np.diagonal(h, -k)
+    return h, band
+
+
+@pytest.mark.parametrize("dim,half_width", [(12, 1), (11, 2), (3, 2)])  # padded; one block
+def test_operations_match_dense_linear_algebra(dim, half_width):
+    """Every operation equals the dense algebra of the same precision, also where the dimension
+    is not a multiple of the block size (padded) and where there are fewer than two blocks."""
+    h, band = random_band(dim, half_width, seed=dim)
+    c = BandedCurvature.from_band(jnp.asarray(band), half_width)
+    assert isinstance(c, Curvature) and c.dim == dim and bool(c.positive())
+    np.testing.assert_allclose(c.precision, h, rtol=1e-12, atol=1e-12)
+    cov = np.linalg.inv(h)
+    v = np.random.default_rng(1).normal(size=(2, 3, dim))  # leading dims kept
+    np.testing.assert_allclose(c.solve(v), np.einsum("ij,abj->abi", cov, v), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(c.matvec(v), np.einsum("ij,abj->abi", h, v), rtol=1e-12, atol=1e-12)
+    root = np.asarray(c.inv_sqrt(jnp.eye(dim))).T  # S with S S' = H^-1
+    np.testing.assert_allclose(root @ root.T, cov, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(c.whiten(c.inv_sqrt(v)), v, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(c.logdet(), np.linalg.slogdet(h)[1], rtol=1e-12)
+    np.testing.assert_allclose(c.variance(), np.diag(cov), rtol=1e-10)
+    np.testing.assert_allclose(c.diagonal(), np.diag(h))
+    index = np.array([[0, dim - 1, 1], [2, 1, 1]])
+    np.testing.assert_allclose(c.block(index), cov[index[..., :, None], index[..., None, :]], rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(c.block(np.array([1, 0])), cov[np.ix_([1, 0], [1, 0])], rtol=1e-10)
+    w = np.linalg.eigvalsh(h)
+    low, high = (float(x) for x in c.extreme_eigenvalues())
+    assert w[0] * (1 - 1e-9) <= low <= 1.05 * w[0] and 0.95 * w[-1] <= high <= w[-1] * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("rho", [0.0, 0.6, 0.99])
+def test_the_takahashi_variances_of_a_stationary_ar1_are_its_closed_form(rho):
+    """A stationary AR(1) with innovation SD sigma has precision tridiagonal
+    (1, 1 + rho^2, ..., 1 + rho^2, 1) / sigma^2 with -rho / sigma^2 beside the diagonal, and
+    every marginal variance sigma^2 / (1 - rho^2), whatever the length: the recursion must
+    give it at both ends and in the middle, also at rho = 0.99 (variance 50 sigma^2)."""
+    n, sigma = 2000, 0.5
+    band = np.zeros((n, 2))
+    band[:, 0] = (1 + rho**2) / sigma**2
+    band[[0, -1], 0] = 1 / sigma**2
+    band[1:, 1] = -rho / sigma**2
+    c = BandedCurvature.from_band(jnp.asarray(band), 1)
+    np.testing.assert_allclose(c.variance(), sigma**2 / (1 - rho**2), rtol=1e-9)
+    # log det Q = -2 n log sigma + log(1 - rho^2) (the stationary start's precision)
+    np.testing.assert_allclose(c.logdet(), -2 * n * np.log(sigma) + np.log(1 - rho**2), rtol=1e-10)
+
+
+def test_a_precision_that_is_not_positive_definite_is_flagged():
+    h, band = random_band(9, 2, seed=3)
+    band[4, 0] = -5.0  # a negative diagonal entry in the middle
+    c = BandedCurvature.from_band(jnp.asarray(band), 2)
+    assert not bool(c.positive())
+    assert bool(jnp.all(jnp.isnan(c.variance())))
+
+
+def test_a_batch_of_banded_curvatures_vmaps():
+    bands = np.stack([random_band(8, 2, seed=s)[1] for s in range(3)])
+    batch = jax.vmap(lambda b: BandedCurvature.from_band(b, 2))(jnp.asarray(bands))
+    logdets = jax.vmap(lambda c: c.logdet())(batch)
+    for b, value in zip(bands, logdets):
+        np.testing.assert_allclose(value, BandedCurvature.from_band(jnp.asarray(b), 2).logdet(), rtol=1e-12)
