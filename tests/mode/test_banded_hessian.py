@@ -1,0 +1,87 @@
+"""The banded Hessian strategy: its band from coloured products, the half-width found from the model,
+and Newton on it against the dense strategy, on latent AR trends written with ``scan``."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from numpyro.contrib.control_flow import scan
+
+from numpyro_lm.core.model import model_info
+from numpyro_lm.core.trace import site_values
+from numpyro_lm.mode.banded_hessian import BandedHessian, band_matvec, find_half_width
+from numpyro_lm.mode.derivatives import value_grad_hessian
+from numpyro_lm.mode.newton import newton, newton_init
+
+pytestmark = pytest.mark.usefixtures("x64")
+
+
+def ar_counts(y, order=1):
+    """Poisson counts on a latent AR(order) trend, the trend written with ``scan``."""
+    rho = numpyro.sample("rho", dist.Uniform(-0.9, 0.9).expand([order]).to_event(1))
+    sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
+
+    def step(carry, _):
+        f = numpyro.sample("f", dist.Normal(jnp.dot(rho, carry), sigma))
+        return jnp.concatenate([f[None], carry[:-1]]), f
+
+    _, f = scan(step, jnp.zeros(order), None, length=y.shape[0])
+    numpyro.sample("y", dist.Poisson(jnp.exp(1.0 + f)), obs=y)
+
+
+def _field_density(order, n=60, seed=0):
+    """The trend's conditional log density at fixed hyperparameters, its dense Hessian's band."""
+    rng = np.random.default_rng(seed)
+    y = rng.poisson(3.0, n).astype(np.float64)
+    info = model_info(ar_counts, (y, order))
+    hyper = np.array([info.layout.site("rho").offset + k for k in range(order)] + [info.layout.site("sigma").offset])
+    theta = jnp.asarray(np.r_[np.full(order, 0.5 / order), np.log(0.4)])
+
+    def neg(x):
+        return -info.log_density(site_values(info.layout, hyper, theta, x), (y, order))
+
+    x = jnp.asarray(rng.normal(size=n) * 0.3)
+    return neg, x
+
+
+@pytest.mark.parametrize("order", [1, 2, 3])
+def test_the_half_width_is_found_from_the_model_and_the_band_is_the_hessians(order):
+    """An AR(p) trend's Hessian is banded with half-width p: the search returns the smallest
+    power of two that holds (1, 2, 4), and the band read from 2w + 1 products is the dense
+    Hessian's."""
+    neg, x = _field_density(order)
+    w = find_half_width(neg, x)
+    assert w == {1: 1, 2: 2, 3: 4}[order]
+    _, _, band, error = BandedHessian(w).evaluate(neg, x)
+    assert float(error) < 1e-12
+    h = np.asarray(value_grad_hessian(neg, x)[2])
+    assert np.all(np.abs(np.triu(h, order + 1)) < 1e-12)  # the model's band
+    v = np.random.default_rng(2).normal(size=x.shape[0])
+    np.testing.assert_allclose(band_matvec(band, jnp.asarray(v)), h @ v, rtol=1e-10, atol=1e-10)
+    if order > 1:  # a band too narrow fails its probe
+        assert float(BandedHessian(order - 1).evaluate(neg, x)[3]) > 1e-3
+
+
+def test_a_hessian_that_is_not_banded_is_refused():
+    """Every coordinate coupled to every other (a sum inside a square): no band holds."""
+    def neg(x):
+        return 0.5 * jnp.sum(x**2) + 0.5 * jnp.sum(x) ** 2
+
+    assert find_half_width(neg, jnp.linspace(-1.0, 1.0, 40)) is None
+
+
+@pytest.mark.parametrize("order", [1, 2])
+def test_newton_on_the_band_finds_the_dense_strategys_mode_and_curvature(order):
+    neg, x = _field_density(order, seed=1)
+    w = find_half_width(neg, x)
+    banded = BandedHessian(w)
+    state = newton(neg, newton_init(jnp.zeros_like(x), banded), 1e-10, 100, banded)
+    dense = newton(neg, newton_init(jnp.zeros_like(x)), 1e-10, 100)
+    assert bool(state.converged) and bool(dense.converged)
+    np.testing.assert_allclose(state.x, dense.x, atol=1e-8)
+    curvature = banded.curvature(state.hess)
+    h = np.asarray(value_grad_hessian(neg, state.x)[2])
+    np.testing.assert_allclose(curvature.logdet(), np.linalg.slogdet(h)[1], rtol=1e-10)
+    np.testing.assert_allclose(curvature.variance(), np.diag(np.linalg.inv(h)), rtol=1e-8)
