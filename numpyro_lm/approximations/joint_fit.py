@@ -59,6 +59,7 @@ class FitOptions(NamedTuple):
     num_starts: int = 1  # mode searches: from the initial point and num_starts - 1 spread_points
     curvature: str = "dense"  # "dense" or "arrowhead" (numpyro_lm.mode.hessian)
     plate: Optional[str] = None  # the arrowhead's plate (None: the largest, hessian.plate_structure)
+    field_band: bool = False  # curvature chosen automatically: a nested fit may find its field's band
 
     def tolerance(self, dtype) -> float:
         return default_tol(dtype) if self.tol is None else self.tol

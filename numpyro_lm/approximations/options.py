@@ -75,7 +75,7 @@ class Options(NamedTuple):
             check_dense_memory(info.layout, jnp.dtype(jnp.result_type(float)).itemsize, why)
         return FitOptions(method, self.tol, self.max_iter, self.regularize, self.refine, self.refine_num_samples,
                           self.refine_max_iter, self.init_strategy, default_starts(info.size, self.num_starts),
-                          curvature, self.plate)
+                          curvature, self.plate, self.curvature == "auto")
 
     def fit(self, model, info, rng_key, args, kwargs, init_params=None):
         """The checked result these options ask for on one data set (module docstring)."""

@@ -16,11 +16,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..core.trace import is_elementwise
+from ..core.trace import is_elementwise, site_values
 from ..curvature import CholeskyCurvature, covariance
 from ..families import get_family
 from ..families.registry import basis_log_prob
 from ..mode.derivatives import hvp
+from ..mode.banded_hessian import BandedHessian, find_half_width
 from ..mode.hessian import (ArrowheadHessian, DenseHessian, PlateStructure, diagonal_structure, lowrank_hessian,
                            plate_structure, structure_tol)
 from .laplace_marginal import inner_search, quadrature_correction, scalar_blocks
@@ -51,7 +52,10 @@ def conditional_hessian(layout, theta_index: tuple, curvature: str, plate=None):
     (dense where a hyperparameter lies inside the plate); for ``curvature="lowrank"`` that
     structure (each coordinate its own block where no plate gives one) under a low-rank update,
     unbound (:meth:`~numpyro_lm.mode.hessian.LowRankHessian.bind`). ``curvature``: the joint
-    fit's choice (:func:`~numpyro_lm.core.curvature_choice.curvature_candidates`)."""
+    fit's choice (:func:`~numpyro_lm.core.curvature_choice.curvature_candidates`), or a
+    :class:`~numpyro_lm.mode.banded_hessian.BandedHessian` found for the field (:func:`banded_inner_hessian`)."""
+    if isinstance(curvature, BandedHessian):
+        return curvature
     if curvature == "dense":
         return DenseHessian()
     structure = plate_structure(layout, plate)
@@ -70,6 +74,28 @@ def conditional_hessian(layout, theta_index: tuple, curvature: str, plate=None):
     if curvature == "lowrank":
         return lowrank_hessian(layout, inner, x_index.size)
     return ArrowheadHessian(inner)
+
+
+BANDED_MIN_DIM = 64
+"""Field coordinates from which ``curvature="auto"`` looks for a band where no plate gives a
+structure (below, the dense Hessian's ``D`` products cost what the band's search would)."""
+
+
+def banded_inner_hessian(info, theta_index, start, args, kwargs) -> Optional[BandedHessian]:
+    """The field's banded Hessian strategy where the conditional density's Hessian at ``start``
+    (flat) holds a band (:func:`~numpyro_lm.mode.banded_hessian.find_half_width`: a latent Markov
+    chain, an AR trend written with ``scan``), else ``None``."""
+    theta_index = np.asarray(theta_index)
+    x_index = np.setdiff1d(np.arange(info.size), theta_index)
+    if x_index.size < BANDED_MIN_DIM:
+        return None
+    theta = jnp.asarray(start[theta_index])
+
+    def neg(x):
+        return -info.log_density(site_values(info.layout, theta_index, theta, x), args, kwargs)
+
+    width = find_half_width(neg, jnp.asarray(start[x_index]))
+    return None if width is None else BandedHessian(width)
 
 
 def conditional_fit(neg_log_density: Callable, theta, x0, tol: float, max_iter: int, hessian=DenseHessian(),
@@ -243,7 +269,7 @@ def structured_mean_shift(neg_log_density: Callable, theta, x, curvature, hessia
     # a local coordinate's shift is its own skewness correction, a fraction of its SD (clipped
     # there against a wild third derivative); a global's sums every block's contribution and
     # grows like sqrt(J) in posterior SDs (a 10^3-group logistic GLMM's slope moves by 1.4 SD)
-    limit = sd.at[hessian.structure.global_index].set(jnp.inf)
+    limit = sd.at[hessian.structure.global_index].set(jnp.inf) if hasattr(hessian, "structure") else sd
     shift = jnp.clip(shift, -limit, limit)
     finite = jnp.all(jnp.isfinite(shift)) & jnp.isfinite(gain)
     if with_gain:

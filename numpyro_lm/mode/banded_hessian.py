@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..curvature.banded import BandedCurvature, band_blocks, banded_factor
-from .hessian import _relative_error, _value_grad_products, structure_tol
+from .hessian import relative_error, value_grad_products, structure_tol
 
 __all__ = ["BandedHessian", "band_probes", "band_from_products", "band_matvec", "find_half_width", "HALF_WIDTH_MAX"]
 
@@ -89,11 +89,11 @@ class BandedHessian(NamedTuple):
     def evaluate(self, fn, x, previous=None):
         probes = band_probes(x.shape[-1], self.half_width, x.dtype)
         if not self.check:
-            value, grad, products = _value_grad_products(fn, x, probes[:-1])
+            value, grad, products = value_grad_products(fn, x, probes[:-1])
             return value, grad, band_from_products(products, self.half_width), jnp.zeros((), x.dtype)
-        value, grad, products = _value_grad_products(fn, x, probes)
+        value, grad, products = value_grad_products(fn, x, probes)
         band = band_from_products(products[:-1], self.half_width)
-        return value, grad, band, _relative_error(products[-1], band_matvec(band, probes[-1]))
+        return value, grad, band, relative_error(products[-1], band_matvec(band, probes[-1]))
 
     def step(self, grad, hess):
         diag, lower, pad = self._blocks(hess)

@@ -68,7 +68,7 @@ from .steps import newton_step
 __all__ = ["HessianStrategy", "DenseHessian", "ArrowheadHessian", "LowRankHessian", "PlateStructure", "plate_structure", "structure_tol",
            "ARROWHEAD_MIN_DIM", "GLOBAL_MAX", "LOCAL_MAX", "LOWRANK_MAX", "lowrank_rank", "exact_lowrank_rank",
            "lowrank_hessian", "lowrank_max", "diagonal_structure", "LOWRANK_MARGIN", "LOWRANK_NUMERICAL",
-           "NUMERICAL_TOL"]
+           "NUMERICAL_TOL", "value_grad_products", "relative_error"]
 
 ARROWHEAD_MIN_DIM = 500
 """``curvature="auto"`` uses a plate's block-arrowhead structure above this many coordinates
@@ -193,7 +193,7 @@ def _products(fn, x, probes):
     return jax.lax.map(lambda v: hvp(fn, x, v), probes)
 
 
-def _value_grad_products(fn, x, probes):
+def value_grad_products(fn, x, probes):
     """``(fn(x), its gradient, H v for each row v of probes)`` from one linearisation of
     ``value_and_grad``: the model's forward and backward pass once, then a tangent pass per
     probe (lax.map, as :func:`_products`), instead of a gradient and then a gradient with its
@@ -220,7 +220,8 @@ def coloured_blocks(structure: PlateStructure, products):
             0.5 * (columns[:, glob] + columns[:, glob].T))
 
 
-def _relative_error(exact, structured):
+def relative_error(exact, structured):
+    """``|exact - structured| / |exact|``: a structured product's error on a probe."""
     return jnp.linalg.norm(exact - structured) / jnp.maximum(jnp.linalg.norm(exact), jnp.finfo(exact.dtype).tiny)
 
 
@@ -257,9 +258,9 @@ class ArrowheadHessian(NamedTuple):
         local, glob = self.structure.local_index, self.structure.global_index
         probes = self._probes(x.dtype)
         if not self.check:
-            value, grad, products = _value_grad_products(fn, x, probes[:-1])
+            value, grad, products = value_grad_products(fn, x, probes[:-1])
             return value, grad, coloured_blocks(self.structure, products), jnp.zeros((), x.dtype)
-        value, grad, products = _value_grad_products(fn, x, probes)
+        value, grad, products = value_grad_products(fn, x, probes)
         blocks = coloured_blocks(self.structure, products[:-1])
         # only the local rows can show entries outside the structure (the global rows are the
         # global columns' transpose, exact by construction); they are sums over one entry's
@@ -267,7 +268,7 @@ class ArrowheadHessian(NamedTuple):
         # 2 10^6 observations: rounding, not structure)
         exact = products[-1][local]
         structured = arrowhead_matvec(local, glob, *blocks, probes[-1])[local]
-        return value, grad, blocks, _relative_error(exact, structured)
+        return value, grad, blocks, relative_error(exact, structured)
 
     def step(self, grad, hess):
         factor = arrowhead_factor(*hess)
@@ -378,7 +379,7 @@ class LowRankHessian(NamedTuple):
             if self.numerical:
                 missed = jnp.linalg.norm(sqrt_transpose(base, exact - structured)) / jnp.sqrt(jnp.asarray(d, dtype))
                 return q, bmat, missed * (structure_tol(dtype) / NUMERICAL_TOL)  # compared with structure_tol
-            return q, bmat, _relative_error(exact, structured)
+            return q, bmat, relative_error(exact, structured)
 
         def fresh():
             probes = jax.random.normal(jax.random.PRNGKey(0), (self.rank, d), dtype)

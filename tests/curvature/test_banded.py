@@ -26,7 +26,8 @@ def random_band(dim, half_width, seed=0):
     return h, band
 
 
-@pytest.mark.parametrize("dim,half_width", [(12, 1), (11, 2), (3, 2)])  # padded; one block
+@pytest.mark.parametrize("dim,half_width", [(11, 2), pytest.param(12, 1, marks=pytest.mark.slow),
+                                            pytest.param(3, 2, marks=pytest.mark.slow)])  # padded; aligned; one block
 def test_operations_match_dense_linear_algebra(dim, half_width):
     """Every operation equals the dense algebra of the same precision, also where the dimension
     is not a multiple of the block size (padded) and where there are fewer than two blocks."""

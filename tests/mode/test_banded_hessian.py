@@ -1,7 +1,6 @@
 """The banded Hessian strategy: its band from coloured products, the half-width found from the model,
 and Newton on it against the dense strategy, on latent AR trends written with ``scan``."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro
@@ -46,7 +45,7 @@ def _field_density(order, n=60, seed=0):
     return neg, x
 
 
-@pytest.mark.parametrize("order", [1, 2, 3])
+@pytest.mark.parametrize("order", [1, pytest.param(2, marks=pytest.mark.slow), pytest.param(3, marks=pytest.mark.slow)])
 def test_the_half_width_is_found_from_the_model_and_the_band_is_the_hessians(order):
     """An AR(p) trend's Hessian is banded with half-width p: the search returns the smallest
     power of two that holds (1, 2, 4), and the band read from 2w + 1 products is the dense
@@ -72,7 +71,7 @@ def test_a_hessian_that_is_not_banded_is_refused():
     assert find_half_width(neg, jnp.linspace(-1.0, 1.0, 40)) is None
 
 
-@pytest.mark.parametrize("order", [1, 2])
+@pytest.mark.parametrize("order", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_newton_on_the_band_finds_the_dense_strategys_mode_and_curvature(order):
     neg, x = _field_density(order, seed=1)
     w = find_half_width(neg, x)

@@ -27,8 +27,8 @@ from ...core.trace import is_elementwise, site_values, split_coordinates
 from ...curvature import DenseCurvature, DiagonalCurvature, Gaussian
 from ...families import get_family
 from ...marginal.block_terms import block_log_density
-from ...marginal.conditional import (conditional_fit, conditional_hessian, matched_normaliser, mean_shift,
-                                     point_params, quantile_sites, structured_mean_shift)
+from ...marginal.conditional import (banded_inner_hessian, conditional_fit, conditional_hessian, matched_normaliser,
+                                     mean_shift, point_params, quantile_sites, structured_mean_shift)
 from ...marginal.laplace_marginal import scalar_blocks
 from ...mode.hessian import DenseHessian, structure_tol
 from ...posterior.marginals import finite_params, matched_params
@@ -339,13 +339,17 @@ def run_nested(info, options: FitOptions, hyper, rng_key, args, kwargs, init_par
     layout, dtype = info.layout, jnp.result_type(float)
     split = nested_coordinates(layout, hyper_sites(layout, hyper, info.parents))
     hyper_key = tuple(int(i) for i in split.theta_index)
-    hessian = conditional_hessian(layout, hyper_key, options.curvature, options.plate)
+    curvature = options.curvature
+    hessian = conditional_hessian(layout, hyper_key, curvature, options.plate)
+    if isinstance(hessian, DenseHessian) and options.field_band:  # no plate's structure: a Markov field's band?
+        banded = banded_inner_hessian(info, hyper_key, origin_point(layout), args, kwargs)
+        curvature, hessian = (banded, banded) if banded is not None else (curvature, hessian)
     structured = not isinstance(hessian, DenseHessian)
     if not structured and options.curvature != "dense":
         check_dense_memory(layout, np.dtype(dtype).itemsize, "the nested fit's hyperparameters lie in the plate.")
     block_index = _event_columns(layout, split.theta_index) if structured else None  # refused before any fit
     inner, entries = inner_program(info, options.tolerance(dtype), options.max_iter, hyper_key,
-                                   tuple(bool(c) for c in split.gaussian_cols), options.curvature, options.plate,
+                                   tuple(bool(c) for c in split.gaussian_cols), curvature, options.plate,
                                    args, kwargs, compiler_options)
     bar = progress(progress_bar, desc="nested Laplace inner fits", unit="fit")
     marginal = MarginalAtPoints(inner, structured, layout, options, dtype, bar, args, kwargs,
