@@ -22,8 +22,8 @@ from ..families import get_family
 from ..families.registry import basis_log_prob
 from ..mode.derivatives import hvp
 from ..mode.banded_hessian import BandedHessian, find_half_width
-from ..mode.hessian import (ArrowheadHessian, DenseHessian, PlateStructure, diagonal_structure, lowrank_hessian,
-                           plate_structure, structure_tol)
+from ..mode.hessian import (GLOBAL_MAX, ArrowheadHessian, DenseHessian, PlateStructure, diagonal_structure,
+                           lowrank_hessian, plate_structure, structure_tol)
 from .laplace_marginal import inner_search, quadrature_correction, scalar_blocks
 from .quadrature import SHIFT_NODES, add_at, as_slice, block_quadrature_correction
 
@@ -84,18 +84,24 @@ structure (below, the dense Hessian's ``D`` products cost what the band's search
 def banded_inner_hessian(info, theta_index, start, args, kwargs) -> Optional[BandedHessian]:
     """The field's banded Hessian strategy where the conditional density's Hessian at ``start``
     (flat) holds a band (:func:`~numpyro_lm.mode.banded_hessian.find_half_width`: a latent Markov
-    chain, an AR trend written with ``scan``), else ``None``."""
+    chain, an AR trend written with ``scan``), else ``None``. The field is the largest site
+    outside ``theta_index``; the other sites' coordinates (an intercept, coefficients: at most
+    :data:`~numpyro_lm.mode.hessian.GLOBAL_MAX`) are its dense border."""
     theta_index = np.asarray(theta_index)
     x_index = np.setdiff1d(np.arange(info.size), theta_index)
-    if x_index.size < BANDED_MIN_DIM:
+    columns = x_positions(info.layout, theta_index)
+    field = max(columns.values(), key=len, default=np.zeros(0, int))
+    glob = np.setdiff1d(np.arange(x_index.size), field)
+    if field.size < BANDED_MIN_DIM or glob.size > GLOBAL_MAX:
         return None
     theta = jnp.asarray(start[theta_index])
 
     def neg(x):
         return -info.log_density(site_values(info.layout, theta_index, theta, x), args, kwargs)
 
-    width = find_half_width(neg, jnp.asarray(start[x_index]))
-    return None if width is None else BandedHessian(width)
+    glob = tuple(int(i) for i in glob)
+    width = find_half_width(neg, jnp.asarray(start[x_index]), glob=glob)
+    return None if width is None else BandedHessian(width, glob)
 
 
 def conditional_fit(neg_log_density: Callable, theta, x0, tol: float, max_iter: int, hessian=DenseHessian(),

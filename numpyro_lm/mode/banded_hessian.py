@@ -31,8 +31,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..curvature.banded import BandedCurvature, band_blocks, banded_factor
-from .hessian import relative_error, value_grad_products, structure_tol
+from ..curvature.banded import BandedCurvature, band_blocks
+from ..curvature.banded_arrowhead import BandedArrowheadCurvature
+from .hessian import relative_error, structure_tol, value_grad_products
 
 __all__ = ["BandedHessian", "band_probes", "band_from_products", "band_matvec", "find_half_width", "HALF_WIDTH_MAX"]
 
@@ -68,9 +69,13 @@ def band_matvec(band, v):
 
 
 class BandedHessian(NamedTuple):
-    """The Hessian as a band of half-width ``half_width`` (module docstring)."""
+    """The Hessian as a band of half-width ``half_width`` over the field, with a dense border for
+    the coordinates at positions ``glob`` (static; the rest, in order, is the field): ``hess`` is
+    ``(band (n, w + 1), B (n, G), C (G, G))`` (module docstring;
+    :class:`~numpyro_lm.curvature.banded_arrowhead.BandedArrowheadCurvature` where ``G > 0``)."""
 
     half_width: int
+    glob: tuple = ()
     check: bool = True  # the random probe of the band at each evaluation
     value_first: bool = True  # a rejected trial costs fn alone (numpyro_lm.mode.newton.newton_iteration)
     structure_final = True  # a band the model exceeds does so at every point: the search ends
@@ -78,53 +83,80 @@ class BandedHessian(NamedTuple):
     def bind(self, prior: Callable) -> "BandedHessian":
         return self
 
-    def _blocks(self, band):
-        return band_blocks(band, self.half_width)
+    def _field(self, dim: int) -> np.ndarray:
+        return np.setdiff1d(np.arange(dim), np.asarray(self.glob, int))
 
     def init(self, x0):
-        band = jnp.zeros((x0.shape[-1], self.half_width + 1), x0.dtype)
-        diag, lower, _ = self._blocks(band)
-        return band, (jnp.zeros_like(diag), jnp.zeros_like(lower))
+        n, g = x0.shape[-1] - len(self.glob), len(self.glob)
+        band = jnp.zeros((n, self.half_width + 1), x0.dtype)
+        diag, lower, _ = band_blocks(band, self.half_width)
+        hess = (band, jnp.zeros((n, g), x0.dtype), jnp.zeros((g, g), x0.dtype))
+        return hess, (jnp.zeros_like(diag), jnp.zeros_like(lower), jnp.zeros((g, g), x0.dtype))
+
+    def _probes(self, dim: int, dtype):
+        """Colours over the field, a unit vector per global, a random sign probe over all."""
+        field, glob, colours = self._field(dim), np.asarray(self.glob, int), 2 * self.half_width + 1
+        probes = np.zeros((colours + glob.size + 1, dim))
+        probes[np.arange(field.size) % colours, field] = 1.0
+        probes[colours + np.arange(glob.size), glob] = 1.0
+        probes[-1] = np.random.default_rng(0).choice([-1.0, 1.0], dim)
+        return jnp.asarray(probes, dtype)
 
     def evaluate(self, fn, x, previous=None):
-        probes = band_probes(x.shape[-1], self.half_width, x.dtype)
+        dim, colours = x.shape[-1], 2 * self.half_width + 1
+        field, glob = self._field(dim), np.asarray(self.glob, int)
+        probes = self._probes(dim, x.dtype)
+        value, grad, products = value_grad_products(fn, x, probes if self.check else probes[:-1])
+        band = band_from_products(products[:colours][:, field], self.half_width)
+        border = products[colours:colours + glob.size]
+        hess = (band, border[:, field].T, border[:, glob])
         if not self.check:
-            value, grad, products = value_grad_products(fn, x, probes[:-1])
-            return value, grad, band_from_products(products, self.half_width), jnp.zeros((), x.dtype)
-        value, grad, products = value_grad_products(fn, x, probes)
-        band = band_from_products(products[:-1], self.half_width)
-        return value, grad, band, relative_error(products[-1], band_matvec(band, probes[-1]))
+            return value, grad, hess, jnp.zeros((), x.dtype)
+        # the field's rows alone: a global's row sums over every observation (rounding, not structure)
+        structured = band_matvec(band, probes[-1][field]) + hess[1] @ probes[-1][glob]
+        return value, grad, hess, relative_error(products[-1][field], structured)
+
+    def _curvature(self, hess):
+        band, b, c = hess
+        field = BandedCurvature.from_band(band, self.half_width)
+        if not self.glob:
+            return field
+        return BandedArrowheadCurvature.from_blocks(field, self._field(band.shape[0] + len(self.glob)),
+                                                    np.asarray(self.glob, int), b, c)
 
     def step(self, grad, hess):
-        diag, lower, pad = self._blocks(hess)
-        factor = banded_factor(diag, lower)
-        curvature = BandedCurvature(diag, lower, *factor, jnp.zeros(pad, hess.dtype))
+        curvature = self._curvature(hess)
         positive = curvature.positive()
         solved = curvature.solve(grad)
-        scale = jnp.maximum(jnp.abs(hess[:, 0]), jnp.finfo(hess.dtype).tiny)
+        scale = jnp.maximum(jnp.abs(curvature.diagonal()), jnp.finfo(grad.dtype).tiny)
         step = jnp.where(positive, -solved, -grad / scale)
         decrement = jnp.sqrt(jnp.maximum(jnp.where(positive, jnp.dot(grad, solved), jnp.dot(grad, grad / scale)), 0.0))
-        return step, decrement, factor, positive
+        field = curvature if not self.glob else curvature.field
+        s_chol = jnp.zeros((0, 0), grad.dtype) if not self.glob else curvature.s_chol
+        return step, decrement, (field.diag_chol, field.lower_chol, s_chol), positive
 
     def curvature(self, hess, regularize=None):
         if regularize is not None:
-            hess = hess.at[:, 0].add(regularize)
-        return BandedCurvature.from_band(hess, self.half_width)
+            band, b, c = hess
+            hess = (band.at[:, 0].add(regularize), b, c + regularize * jnp.eye(c.shape[-1], dtype=c.dtype))
+        return self._curvature(hess)
 
     def half_logdet(self, factor):
-        d, _ = factor
-        return jnp.sum(jnp.log(jnp.abs(jnp.diagonal(d, axis1=-2, axis2=-1))), axis=(-2, -1))
+        d, _, s = factor
+        return (jnp.sum(jnp.log(jnp.abs(jnp.diagonal(d, axis1=-2, axis2=-1))), axis=(-2, -1))
+                + jnp.sum(jnp.log(jnp.abs(jnp.diagonal(s, axis1=-2, axis2=-1))), axis=-1))
 
 
-def find_half_width(fn: Callable, x, largest: int = HALF_WIDTH_MAX):
-    """The smallest half-bandwidth ``w`` in ``1, 2, 4, ..., largest`` whose band holds for
-    ``fn``'s Hessian at ``x`` (its random probe within :func:`~numpyro_lm.mode.hessian.structure_tol`),
-    or ``None`` (the Hessian is not banded, or ``2w + 2`` products would cost as much as the
-    dense Hessian's ``D``). Concrete values: run it on the host, once per data set."""
+def find_half_width(fn: Callable, x, largest: int = HALF_WIDTH_MAX, glob: tuple = ()):
+    """The smallest half-bandwidth ``w`` in ``1, 2, 4, ..., largest`` whose band (with a dense
+    border for the coordinates ``glob``) holds for ``fn``'s Hessian at ``x`` (its random probe
+    within :func:`~numpyro_lm.mode.hessian.structure_tol`), or ``None`` (the Hessian is not
+    banded, or ``2w + 2`` products would cost as much as the dense Hessian's ``D``). Concrete
+    values: run it on the host, once per data set."""
     dim, tol = x.shape[-1], structure_tol(x.dtype)
     w = 1
-    while w <= largest and 2 * w + 2 < dim:
-        error = jax.jit(lambda y, w=w: BandedHessian(w).evaluate(fn, y)[3])(x)
+    while w <= largest and 2 * w + 2 + len(glob) < dim:
+        error = jax.jit(lambda y, w=w: BandedHessian(w, tuple(glob)).evaluate(fn, y)[3])(x)
         if float(error) <= tol:
             return w
         w *= 2

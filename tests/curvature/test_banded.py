@@ -84,3 +84,39 @@ def test_a_batch_of_banded_curvatures_vmaps():
     logdets = jax.vmap(lambda c: c.logdet())(batch)
     for b, value in zip(bands, logdets):
         np.testing.assert_allclose(value, BandedCurvature.from_band(jnp.asarray(b), 2).logdet(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("glob", [[0], [3, 9, 1]])
+def test_a_band_with_a_dense_border_matches_dense_linear_algebra(glob):
+    """A banded field beside global coordinates placed anywhere among it (an intercept first,
+    coefficients scattered): every operation equals the dense algebra."""
+    from numpyro_lm.curvature.banded_arrowhead import BandedArrowheadCurvature
+
+    n, g = 10, len(glob)
+    dim = n + g
+    h_field, band = random_band(n, 2, seed=7)
+    rng = np.random.default_rng(8)
+    b = 0.3 * rng.normal(size=(n, g))
+    c = rng.normal(size=(g, g))
+    c = c @ c.T + (2 + n) * np.eye(g)
+    field_index = np.setdiff1d(np.arange(dim), glob)
+    h = np.zeros((dim, dim))
+    h[np.ix_(field_index, field_index)] = h_field
+    h[np.ix_(field_index, glob)] = b
+    h[np.ix_(glob, field_index)] = b.T
+    h[np.ix_(glob, glob)] = c
+    curv = BandedArrowheadCurvature.from_blocks(BandedCurvature.from_band(jnp.asarray(band), 2), field_index,
+                                                np.asarray(glob), jnp.asarray(b), jnp.asarray(c))
+    assert isinstance(curv, Curvature) and curv.dim == dim and bool(curv.positive())
+    np.testing.assert_allclose(curv.precision, h, rtol=1e-12, atol=1e-12)
+    cov = np.linalg.inv(h)
+    v = np.random.default_rng(9).normal(size=(3, dim))
+    np.testing.assert_allclose(curv.solve(v), v @ cov, rtol=1e-10, atol=1e-12)
+    root = np.asarray(curv.inv_sqrt(jnp.eye(dim))).T
+    np.testing.assert_allclose(root @ root.T, cov, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(curv.whiten(curv.inv_sqrt(v)), v, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(curv.logdet(), np.linalg.slogdet(h)[1], rtol=1e-12)
+    np.testing.assert_allclose(curv.variance(), np.diag(cov), rtol=1e-10)
+    np.testing.assert_allclose(curv.diagonal(), np.diag(h))
+    index = np.array([[glob[0], 2, 5]])
+    np.testing.assert_allclose(curv.block(index), cov[index[..., :, None], index[..., None, :]], rtol=1e-10)

@@ -19,6 +19,7 @@ pytestmark = pytest.mark.usefixtures("x64")
 
 def ar_counts(y, order=1):
     """Poisson counts on a latent AR(order) trend, the trend written with ``scan``."""
+    mu = numpyro.sample("mu", dist.Normal(1.0, 1.0))
     rho = numpyro.sample("rho", dist.Uniform(-0.9, 0.9).expand([order]).to_event(1))
     sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
 
@@ -27,21 +28,25 @@ def ar_counts(y, order=1):
         return jnp.concatenate([f[None], carry[:-1]]), f
 
     _, f = scan(step, jnp.zeros(order), None, length=y.shape[0])
-    numpyro.sample("y", dist.Poisson(jnp.exp(1.0 + f)), obs=y)
+    numpyro.sample("y", dist.Poisson(jnp.exp(mu + f)), obs=y)
 
 
-def _field_density(order, n=60, seed=0):
-    """The trend's conditional log density at fixed hyperparameters, its dense Hessian's band."""
+def _field_density(order, n=60, seed=0, border=False):
+    """The trend's conditional log density at fixed hyperparameters (``border``: the intercept
+    ``mu`` left beside the trend, the first coordinate; else among the hyperparameters)."""
     rng = np.random.default_rng(seed)
     y = rng.poisson(3.0, n).astype(np.float64)
     info = model_info(ar_counts, (y, order))
-    hyper = np.array([info.layout.site("rho").offset + k for k in range(order)] + [info.layout.site("sigma").offset])
-    theta = jnp.asarray(np.r_[np.full(order, 0.5 / order), np.log(0.4)])
+    hyper = [info.layout.site("rho").offset + k for k in range(order)] + [info.layout.site("sigma").offset]
+    values = [0.5 / order] * order + [np.log(0.4)]
+    if not border:
+        hyper, values = [info.layout.site("mu").offset] + hyper, [1.0] + values
+    hyper, theta = np.array(hyper), jnp.asarray(values)
 
     def neg(x):
         return -info.log_density(site_values(info.layout, hyper, theta, x), (y, order))
 
-    x = jnp.asarray(rng.normal(size=n) * 0.3)
+    x = jnp.asarray(rng.normal(size=n + border) * 0.3)
     return neg, x
 
 
@@ -53,7 +58,7 @@ def test_the_half_width_is_found_from_the_model_and_the_band_is_the_hessians(ord
     neg, x = _field_density(order)
     w = find_half_width(neg, x)
     assert w == {1: 1, 2: 2, 3: 4}[order]
-    _, _, band, error = BandedHessian(w).evaluate(neg, x)
+    _, _, (band, _, _), error = BandedHessian(w).evaluate(neg, x)
     assert float(error) < 1e-12
     h = np.asarray(value_grad_hessian(neg, x)[2])
     assert np.all(np.abs(np.triu(h, order + 1)) < 1e-12)  # the model's band
@@ -82,5 +87,22 @@ def test_newton_on_the_band_finds_the_dense_strategys_mode_and_curvature(order):
     np.testing.assert_allclose(state.x, dense.x, atol=1e-8)
     curvature = banded.curvature(state.hess)
     h = np.asarray(value_grad_hessian(neg, state.x)[2])
+    np.testing.assert_allclose(curvature.logdet(), np.linalg.slogdet(h)[1], rtol=1e-10)
+    np.testing.assert_allclose(curvature.variance(), np.diag(np.linalg.inv(h)), rtol=1e-8)
+
+
+def test_a_band_beside_an_intercept_gets_a_dense_border():
+    """The intercept among the field's coordinates couples to every step: no band holds alone,
+    the band with the intercept as its border does, and Newton on it reaches the dense mode."""
+    neg, x = _field_density(1, seed=2, border=True)
+    assert find_half_width(neg, x) is None
+    assert find_half_width(neg, x, glob=(0,)) == 1
+    banded = BandedHessian(1, (0,))
+    state = newton(neg, newton_init(jnp.zeros_like(x), banded), 1e-10, 100, banded)
+    dense = newton(neg, newton_init(jnp.zeros_like(x)), 1e-10, 100)
+    assert bool(state.converged) and float(state.structure_error) < 1e-10
+    np.testing.assert_allclose(state.x, dense.x, atol=1e-8)
+    h = np.asarray(value_grad_hessian(neg, state.x)[2])
+    curvature = banded.curvature(state.hess)
     np.testing.assert_allclose(curvature.logdet(), np.linalg.slogdet(h)[1], rtol=1e-10)
     np.testing.assert_allclose(curvature.variance(), np.diag(np.linalg.inv(h)), rtol=1e-8)
