@@ -86,7 +86,7 @@ def test_a_batch_of_banded_curvatures_vmaps():
         np.testing.assert_allclose(value, BandedCurvature.from_band(jnp.asarray(b), 2).logdet(), rtol=1e-12)
 
 
-@pytest.mark.parametrize("glob", [[0], [3, 9, 1]])
+@pytest.mark.parametrize("glob", [[0], pytest.param([3, 9, 1], marks=pytest.mark.slow)])
 def test_a_band_with_a_dense_border_matches_dense_linear_algebra(glob):
     """A banded field beside global coordinates placed anywhere among it (an intercept first,
     coefficients scattered): every operation equals the dense algebra."""

@@ -76,7 +76,8 @@ def test_a_hessian_that_is_not_banded_is_refused():
     assert find_half_width(neg, jnp.linspace(-1.0, 1.0, 40)) is None
 
 
-@pytest.mark.parametrize("order", [1, pytest.param(2, marks=pytest.mark.slow)])
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all (the border test runs Newton by default)
+@pytest.mark.parametrize("order", [1, 2])
 def test_newton_on_the_band_finds_the_dense_strategys_mode_and_curvature(order):
     neg, x = _field_density(order, seed=1)
     w = find_half_width(neg, x)
