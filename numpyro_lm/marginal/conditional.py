@@ -253,7 +253,7 @@ def structured_mean_shift(neg_log_density: Callable, theta, x, curvature, hessia
     collapsed density's rise from the joint mode to its own. Over the blocks it sums to several
     nats that change with the hyperparameters (a logistic GLMM's slope moves by more than one
     SD): left out, it put a 10^3-group GLMM's scale 0.07 SD low. ``blocks``: as :func:`conditional_fit`'s."""
-    if isinstance(hessian, ArrowheadHessian):
+    if isinstance(hessian, (ArrowheadHessian, BandedHessian)):
         # the structure was probed at the fit's mode; here its products are differentiated, and
         # the probe was a fifth of the slope's cost (GLMM, 10^4 groups: 44 -> 35 ms)
         hessian = hessian._replace(check=False)

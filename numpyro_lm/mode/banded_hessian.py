@@ -35,19 +35,10 @@ from ..curvature.banded import BandedCurvature, band_blocks
 from ..curvature.banded_arrowhead import BandedArrowheadCurvature
 from .hessian import relative_error, structure_tol, value_grad_products
 
-__all__ = ["BandedHessian", "band_probes", "band_from_products", "band_matvec", "find_half_width", "HALF_WIDTH_MAX"]
+__all__ = ["BandedHessian", "band_from_products", "band_matvec", "find_half_width", "HALF_WIDTH_MAX"]
 
 HALF_WIDTH_MAX = 16
 """Widest half-bandwidth :func:`find_half_width` tries (``2w + 2`` products, ``w^3`` a block)."""
-
-
-def band_probes(dim: int, half_width: int, dtype) -> jnp.ndarray:
-    """``(2w + 2, D)``: the colouring probes (module docstring), then a random sign probe."""
-    colours = 2 * half_width + 1
-    probes = np.zeros((colours + 1, dim))
-    probes[np.arange(dim) % colours, np.arange(dim)] = 1.0
-    probes[-1] = np.random.default_rng(0).choice([-1.0, 1.0], dim)
-    return jnp.asarray(probes, dtype)
 
 
 def band_from_products(products, half_width: int):
