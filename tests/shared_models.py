@@ -89,3 +89,13 @@ def wide_data(n=30, p=80, seed=0):
     beta = np.zeros(p)
     beta[:3] = [2.0, -1.5, 1.0]
     return x, (x @ beta + 0.5 * rng.normal(size=n)).astype(np.float32)
+
+
+def poisson_glmm(group, num_groups, y=None):
+    """Poisson counts with a non-centred random intercept per group: one scalar block a group."""
+    beta = numpyro.sample("beta", dist.Normal(0.0, 1.0))
+    sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
+    with numpyro.plate("groups", num_groups):
+        z = numpyro.sample("z", dist.Normal(0.0, 1.0))
+    with numpyro.plate("obs", group.size):
+        numpyro.sample("y", dist.Poisson(jnp.exp(beta + sigma * z[group])), obs=y)

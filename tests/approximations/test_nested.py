@@ -13,6 +13,7 @@ from scipy import special
 from numpyro.infer import MCMC
 
 from hierarchical_models import MODELS
+from shared_models import poisson_glmm
 from numpyro_lm import LaplaceMatching
 from numpyro_lm.samplers import warm_nuts
 from numpyro_lm.curvature import CholeskyCurvature
@@ -337,15 +338,6 @@ def test_block_quadrature_stays_right_where_a_large_variance_makes_the_likelihoo
     # itself is 0.011-0.018 nats a group off here (measured); piecewise slopes add < 1e-3
     assert abs(corrected - exact) < 0.06, (corrected, exact, laplace)
     assert abs(corrected - exact) < abs(laplace - exact) / 5
-
-
-def poisson_glmm(group, num_groups, y=None):
-    beta = numpyro.sample("beta", dist.Normal(0.0, 1.0))
-    sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
-    with numpyro.plate("groups", num_groups):
-        z = numpyro.sample("z", dist.Normal(0.0, 1.0))
-    with numpyro.plate("obs", group.size):
-        numpyro.sample("y", dist.Poisson(jnp.exp(beta + sigma * z[group])), obs=y)
 
 
 @pytest.mark.slow  # a long end-to-end run: CI=true and make test-all

@@ -1,37 +1,17 @@
 """Nested Laplace over a latent Markov field's hyperparameters: the field's Hessian read as a band
 (numpyro_lm.mode.banded_hessian), against the same fit with the dense Hessian."""
 
+import os
+import sys
+
 import jax
-import jax.numpy as jnp
 import numpy as np
-import numpyro
-import numpyro.distributions as dist
-from numpyro.contrib.control_flow import scan
 
 from numpyro_lm import LaplaceMatching
 from numpyro_lm.curvature.banded import BandedCurvature
 
-
-def ar1_counts(y):
-    mu = numpyro.sample("mu", dist.Normal(0.0, 2.0))
-    rho = numpyro.sample("rho", dist.Uniform(-1.0, 1.0))
-    sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
-
-    def step(prev, _):
-        f = numpyro.sample("f", dist.Normal(rho * prev, sigma))
-        return f, f
-
-    _, f = scan(step, 0.0, None, length=y.shape[0])
-    numpyro.sample("y", dist.Poisson(jnp.exp(mu + f)), obs=y)
-
-
-def ar1_data(n, seed=0):
-    rng = np.random.default_rng(seed)
-    f, prev = np.zeros(n), 0.0
-    for t in range(n):
-        prev = 0.85 * prev + 0.4 * rng.normal()
-        f[t] = prev
-    return rng.poisson(np.exp(1.0 + f)).astype(np.float32)
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
+from fields import ar1_counts, ar1_data  # noqa: E402  (the benchmark's model and data)
 
 
 def test_an_ar1_trends_band_is_found_and_gives_the_dense_fits_answer():

@@ -12,15 +12,7 @@ from numpyro_lm.core.model import model_info
 from numpyro_lm.marginal.block_terms import (ENTRY_BASE, block_log_density, entry_directions, entry_products,
                                              find_block_entries)
 from numpyro_lm.marginal.quadrature import block_quadrature
-
-
-def glmm(group, num_groups, y=None):
-    beta = numpyro.sample("beta", dist.Normal(0.0, 1.0))
-    sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
-    with numpyro.plate("groups", num_groups):
-        z = numpyro.sample("z", dist.Normal(0.0, 1.0))
-    with numpyro.plate("obs", group.size):
-        numpyro.sample("y", dist.Poisson(jnp.exp(beta + sigma * z[group])), obs=y)
+from shared_models import poisson_glmm
 
 
 def pairs(first, second, num_groups, y=None):
@@ -47,8 +39,8 @@ def test_each_observation_is_found_in_its_group(num_groups):
     group = rng.permutation(np.repeat(np.arange(num_groups - 1), 3)).astype(np.int32)
     y = rng.poisson(2.0, group.size).astype(np.float32)
     args, kwargs = (group, num_groups), {"y": y}
-    z = model_info(glmm, args, kwargs).layout.site("z")
-    _, entries = _entries(glmm, args, kwargs, np.arange(z.offset, z.offset + z.size))
+    z = model_info(poisson_glmm, args, kwargs).layout.site("z")
+    _, entries = _entries(poisson_glmm, args, kwargs, np.arange(z.offset, z.offset + z.size))
     found = dict(zip([name for name, _ in entries.sites], entries.ids))
     assert dict(entries.sites) == {"y": False, "z": True} and entries.blocks == num_groups
     np.testing.assert_array_equal(found["y"], group)
@@ -77,8 +69,8 @@ def test_the_blocks_values_sum_to_the_log_density(x64):
     rng = np.random.default_rng(2)
     group = np.repeat(np.arange(5), 4).astype(np.int32)
     args, kwargs = (group, 5), {"y": rng.poisson(3.0, group.size).astype(np.float64)}
-    z = model_info(glmm, args, kwargs).layout.site("z")
-    info, entries = _entries(glmm, args, kwargs, np.arange(z.offset, z.offset + z.size))
+    z = model_info(poisson_glmm, args, kwargs).layout.site("z")
+    info, entries = _entries(poisson_glmm, args, kwargs, np.arange(z.offset, z.offset + z.size))
     flat = jnp.asarray(rng.normal(size=info.size))
     terms = info.site_log_probs(flat, args, kwargs)
     in_blocks = block_log_density(terms, entries.sites, entries.ids, entries.blocks)
@@ -96,9 +88,9 @@ def test_quadrature_from_values_matches_one_dimensional_integrals(x64, num_nodes
     group = np.repeat(np.arange(6), 2).astype(np.int32)
     y = rng.poisson(0.4, group.size).astype(np.float64)
     args, kwargs = (group, 6), {"y": y}
-    z = model_info(glmm, args, kwargs).layout.site("z")
+    z = model_info(poisson_glmm, args, kwargs).layout.site("z")
     local = np.arange(z.offset, z.offset + z.size)
-    info, entries = _entries(glmm, args, kwargs, local)
+    info, entries = _entries(poisson_glmm, args, kwargs, local)
     log_density = lambda v: info.log_density(v, args, kwargs)  # noqa: E731
     values = lambda v: block_log_density(info.site_log_probs(v, args, kwargs), entries.sites, entries.ids, 6)  # noqa: E731
     beta, sigma = -0.5, 1.5
