@@ -21,9 +21,10 @@ from ..curvature import CholeskyCurvature, covariance
 from ..families import get_family
 from ..families.registry import basis_log_prob
 from ..mode.derivatives import hvp
-from ..mode.banded_hessian import BandedHessian, find_half_width
+from ..mode.banded_hessian import BandedHessian, smallest_width
 from ..mode.hessian import (GLOBAL_MAX, ArrowheadHessian, DenseHessian, PlateStructure, diagonal_structure,
                            lowrank_hessian, plate_structure, structure_tol)
+from ..runtime.programs import program
 from .laplace_marginal import inner_search, quadrature_correction, scalar_blocks
 from .quadrature import SHIFT_NODES, add_at, as_slice, block_quadrature_correction
 
@@ -94,14 +95,23 @@ def banded_inner_hessian(info, theta_index, start, args, kwargs) -> Optional[Ban
     glob = np.setdiff1d(np.arange(x_index.size), field)
     if field.size < BANDED_MIN_DIM or glob.size > GLOBAL_MAX:
         return None
-    theta = jnp.asarray(start[theta_index])
+    glob, key = tuple(int(i) for i in glob), tuple(int(i) for i in theta_index)
+    dtype = jnp.result_type(float)  # the working precision, as the probe of every inner fit
+    point = (np.asarray(start[theta_index], dtype), np.asarray(start[x_index], dtype))
 
-    def neg(x):
-        return -info.log_density(site_values(info.layout, theta_index, theta, x), args, kwargs)
+    def error(width):  # compiled once per model, width and shapes: a warm call compiles nothing
+        return program(_band_error, info, key, width, glob)(point, args, kwargs)
 
-    glob = tuple(int(i) for i in glob)
-    width = find_half_width(neg, jnp.asarray(start[x_index]), glob=glob)
+    width = smallest_width(error, x_index.size, len(glob), structure_tol(dtype))
     return None if width is None else BandedHessian(width, glob)
+
+
+def _band_error(info, theta_index, width, glob, theta, x, args, kwargs):
+    """The probe of a band of ``width`` (and border ``glob``) on the conditional density at ``(theta, x)``."""
+    def neg(y):
+        return -info.log_density(site_values(info.layout, np.asarray(theta_index), theta, y), args, kwargs)
+
+    return BandedHessian(width, glob).evaluate(neg, x)[3]
 
 
 def conditional_fit(neg_log_density: Callable, theta, x0, tol: float, max_iter: int, hessian=DenseHessian(),

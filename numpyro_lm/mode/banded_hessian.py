@@ -35,7 +35,7 @@ from ..curvature.banded import BandedCurvature, band_blocks
 from ..curvature.banded_arrowhead import BandedArrowheadCurvature
 from .hessian import relative_error, structure_tol, value_grad_products
 
-__all__ = ["BandedHessian", "band_from_products", "band_matvec", "find_half_width", "HALF_WIDTH_MAX"]
+__all__ = ["BandedHessian", "band_from_products", "band_matvec", "smallest_width", "find_half_width", "HALF_WIDTH_MAX"]
 
 HALF_WIDTH_MAX = 16
 """Widest half-bandwidth :func:`find_half_width` tries (``2w + 2`` products, ``w^3`` a block)."""
@@ -138,17 +138,24 @@ class BandedHessian(NamedTuple):
                 + jnp.sum(jnp.log(jnp.abs(jnp.diagonal(s, axis1=-2, axis2=-1))), axis=-1))
 
 
-def find_half_width(fn: Callable, x, largest: int = HALF_WIDTH_MAX, glob: tuple = ()):
-    """The smallest half-bandwidth ``w`` in ``1, 2, 4, ..., largest`` whose band (with a dense
-    border for the coordinates ``glob``) holds for ``fn``'s Hessian at ``x`` (its random probe
-    within :func:`~numpyro_lm.mode.hessian.structure_tol`), or ``None`` (the Hessian is not
-    banded, or ``2w + 2`` products would cost as much as the dense Hessian's ``D``). Concrete
-    values: run it on the host, once per data set."""
-    dim, tol = x.shape[-1], structure_tol(x.dtype)
+def smallest_width(error: Callable, dim: int, border: int = 0, tol: float = 0.0, largest: int = HALF_WIDTH_MAX):
+    """The smallest half-bandwidth ``w`` in ``1, 2, 4, ..., largest`` with ``error(w) <= tol``
+    (``error``: the band's probe, :meth:`BandedHessian.evaluate`'s), or ``None`` where none holds
+    before ``2w + 2`` products and the ``border`` would cost what the dense Hessian's ``dim`` do."""
     w = 1
-    while w <= largest and 2 * w + 2 + len(glob) < dim:
-        error = jax.jit(lambda y, w=w: BandedHessian(w, tuple(glob)).evaluate(fn, y)[3])(x)
-        if float(error) <= tol:
+    while w <= largest and 2 * w + 2 + border < dim:
+        if float(error(w)) <= tol:
             return w
         w *= 2
     return None
+
+
+def find_half_width(fn: Callable, x, largest: int = HALF_WIDTH_MAX, glob: tuple = ()):
+    """:func:`smallest_width` for ``fn``'s Hessian at ``x`` (a dense border at the coordinates
+    ``glob``), each width's probe compiled here (a library caller compiles it once per model:
+    :func:`~numpyro_lm.marginal.conditional.banded_inner_hessian`). Concrete values: run it on
+    the host, once per data set."""
+    def error(w):
+        return jax.jit(lambda y: BandedHessian(w, tuple(glob)).evaluate(fn, y)[3])(x)
+
+    return smallest_width(error, x.shape[-1], len(glob), structure_tol(x.dtype), largest)

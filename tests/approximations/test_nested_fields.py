@@ -33,3 +33,24 @@ def test_an_ar1_trends_band_is_found_and_gives_the_dense_fits_answer():
         a, b = (np.asarray(fits[c].get_samples()[site]) for c in ("auto", "dense"))
         assert abs(a.mean() - b.mean()) < 0.15 * b.std(), site  # measured 0.02-0.08
         assert abs(a.std() / b.std() - 1) < 0.1, site
+
+
+def test_a_second_banded_nested_fit_compiles_nothing():
+    """A warm call (same shapes, a new key) reuses every program, the band's search included."""
+    y = ar1_data(80)
+    lm = LaplaceMatching(ar1_counts, hyper=["mu", "rho", "sigma"], progress_bar=False)
+    lm.run(jax.random.PRNGKey(0), y)
+    compiles = []
+
+    def listener(name, duration, **kwargs):
+        if name == "/jax/core/compile/backend_compile_duration":
+            compiles.append(duration)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        lm.run(jax.random.PRNGKey(1), y)
+        jax.block_until_ready(lm.get_samples())
+        lm.diagnostics()
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    assert compiles == [], f"{len(compiles)} programs compiled on a warm call"
