@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .base import power_extremes
+from .base import block_by_solves, power_extremes
 
 __all__ = ["BandedCurvature", "band_blocks", "banded_factor", "banded_matvec"]
 
@@ -237,12 +237,7 @@ class BandedCurvature(NamedTuple):
 
     def block(self, index):
         """``(H^-1)_{II}`` by ``k`` solves (``O(k n b^2)``; a few coordinates, a site's)."""
-        index = jnp.asarray(index)
-        flat = index.reshape(-1)
-        units = jax.nn.one_hot(flat, self.dim, dtype=self.diag.dtype)  # (k, D)
-        cols = self.solve(units)[:, flat]  # (k, k)
-        return self._usable(cols.reshape(index.shape + index.shape[-1:])
-                            if index.ndim == 1 else _batched_block(cols, index))
+        return self._usable(block_by_solves(self.solve, self.dim, index, self.diag.dtype))
 
     def spectrum(self):
         """The dense eigendecomposition: for small problems (errors, tests); large ones use
@@ -267,12 +262,3 @@ class BandedCurvature(NamedTuple):
         above = jnp.concatenate([jnp.any(self.lower != 0, axis=-2), pad_row])  # column i of B_i
         return (own & ~below & ~above).reshape(-1)[:self.dim]
 
-
-def _batched_block(cols, index):
-    """``(..., k, k)`` from the ``(K, K)`` covariance of every index in ``index (..., k)`` flattened."""
-    k = index.shape[-1]
-    lead = index.shape[:-1]
-    m = int(np.prod(lead)) if lead else 1
-    starts = np.arange(m) * k
-    blocks = jnp.stack([cols[s:s + k, s:s + k] for s in starts])
-    return blocks.reshape(lead + (k, k))

@@ -29,9 +29,8 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from .base import power_extremes
+from .base import block_by_solves, power_extremes
 from .banded import BandedCurvature
 
 __all__ = ["BandedArrowheadCurvature"]
@@ -113,12 +112,7 @@ class BandedArrowheadCurvature(NamedTuple):
 
     def block(self, index):
         """``(H^-1)_{II}`` by one solve per index (a few coordinates, a site's)."""
-        index = jnp.asarray(index)
-        flat = index.reshape(-1)
-        cols = self.solve(jax.nn.one_hot(flat, self.dim, dtype=self.c.dtype))[:, flat]
-        k = index.shape[-1]
-        blocks = jnp.stack([cols[s:s + k, s:s + k] for s in np.arange(flat.shape[0] // k) * k])
-        return self._usable(blocks.reshape(index.shape[:-1] + (k, k)))
+        return self._usable(block_by_solves(self.solve, self.dim, index, self.c.dtype))
 
     def spectrum(self):
         """The dense eigendecomposition (small problems only)."""

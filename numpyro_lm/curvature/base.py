@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 from ..runtime.random import normal_rows
 
-__all__ = ["Curvature", "Gaussian", "covariance", "singular_floor", "eigenvalue_range", "power_extremes", "PEAKED"]
+__all__ = ["Curvature", "Gaussian", "block_by_solves", "covariance", "singular_floor", "eigenvalue_range", "power_extremes", "PEAKED"]
 
 PEAKED = 1e12
 """A curvature beyond this in the basis (posterior SDs of 1e-6) is no posterior's: a search run
@@ -108,6 +108,16 @@ def power_extremes(matvec, solve, dim: int, dtype, positive, num_iter: int = 50)
     high = power(matvec)
     low = 1.0 / power(solve)
     return jnp.where(positive, low, -jnp.inf), high
+
+
+def block_by_solves(solve, dim: int, index, dtype):
+    """``(H^-1)_{II}`` ``(..., k, k)`` for ``index (..., k)`` by one solve per index with its unit
+    vector (a few coordinates, a site's): for curvatures whose inverse has no cheap rows."""
+    index = jnp.asarray(index)
+    flat, k = index.reshape(-1), index.shape[-1]
+    cols = solve(jax.nn.one_hot(flat, dim, dtype=dtype))[:, flat]
+    blocks = jnp.stack([cols[s:s + k, s:s + k] for s in np.arange(flat.shape[0] // k) * k])
+    return blocks.reshape(index.shape[:-1] + (k, k))
 
 
 def covariance(curvature) -> jnp.ndarray:

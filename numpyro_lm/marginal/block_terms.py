@@ -32,10 +32,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..core.starts import origin_point, spread_points
+from ..core.trace import site_values
 from ..mode.derivatives import forward_mode_refused
 from ..runtime.programs import in_float64, program
+from .laplace_marginal import scalar_blocks
 
-__all__ = ["BlockEntries", "find_entries", "entry_products", "entry_directions", "find_block_entries",
+__all__ = ["BlockEntries", "find_entries", "scalar_block_entries", "conditional_block_values", "entry_products", "entry_directions", "find_block_entries",
            "block_log_density", "ENTRY_BASE", "ENTRY_OFFSET"]
 
 ENTRY_BASE = 1024
@@ -81,6 +83,22 @@ def find_entries(info, local: np.ndarray, args, kwargs, compiler_options=None) -
         return None  # called under a trace (LaplaceNUTS' chains inside pmap): nothing can be read
     entries = find_block_entries(products, directions, local)
     return None if entries is None else entries._replace(ids=jax.device_put(entries.ids))
+
+
+def scalar_block_entries(info, hessian, x_index, args, kwargs, compiler_options=None) -> Optional[BlockEntries]:
+    """:func:`find_entries` for the scalar blocks of a conditional Hessian strategy ``hessian``
+    over the flat coordinates ``x_index`` (a nested fit's inner fits, LaplaceNUTS' field), else ``None``."""
+    if not scalar_blocks(hessian):
+        return None
+    local = np.asarray(x_index)[np.asarray(hessian.structure.local_index[:, 0])]
+    return find_entries(info, local, args, kwargs, compiler_options)
+
+
+def conditional_block_values(info, hyper_index, hyper, x, args, kwargs, sites: tuple, ids: tuple, blocks: int):
+    """:func:`block_log_density` at the hyperparameters ``hyper`` (flat coordinates ``hyper_index``)
+    and the rest ``x``; ``sites``, ``ids``, ``blocks``: a :class:`BlockEntries`' fields."""
+    terms = info.site_log_probs(site_values(info.layout, hyper_index, hyper, x), args, kwargs)
+    return block_log_density(terms, sites, ids, blocks)
 
 
 def entry_products(info, point, directions, args, kwargs):

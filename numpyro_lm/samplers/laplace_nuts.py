@@ -61,7 +61,6 @@ from typing import Optional
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from numpyro.infer import init_to_median, init_to_value
 from numpyro.infer.hmc import hmc
 from numpyro.infer.mcmc import MCMCKernel
@@ -71,9 +70,8 @@ from ..checks.covariance import failure_cause
 from ..checks.validation import check_init_params
 from ..core.model import model_info
 from ..core.trace import site_values
-from ..marginal.block_terms import block_log_density, find_entries
-from ..marginal.laplace_marginal import (INNER_CURVATURES, QUADRATURE_BATCH_MAX, inner_hessian, mode_search,
-                                         scalar_blocks, theta_layout)
+from ..marginal.block_terms import conditional_block_values, scalar_block_entries
+from ..marginal.laplace_marginal import INNER_CURVATURES, QUADRATURE_BATCH_MAX, inner_hessian, mode_search, theta_layout
 from ..marginal.quadrature import SLOPE_POINTS
 from ..mode.hessian import DenseHessian, structure_tol
 from ..mode.newton import default_tol
@@ -97,11 +95,6 @@ def _conditional_log_density(info, phi_index, args, kwargs, theta, phi):
     # tangent through phi's computations (a GP kernel's Cholesky factor, differentiated once per
     # field coordinate otherwise)
     return info.log_density(site_values(info.layout, phi_index, phi, theta), args, kwargs)
-
-
-def _conditional_block_values(info, phi_index, args, kwargs, entries, theta, phi):
-    terms = info.site_log_probs(site_values(info.layout, phi_index, phi, theta), args, kwargs)
-    return block_log_density(terms, entries.sites, entries.ids, entries.blocks)
 
 
 def _inside_mapped_chain(rng_key) -> bool:
@@ -233,13 +226,14 @@ class LaplaceNUTS(MCMCKernel):
     def _block_values(self, info, hessian, theta_index, phi_index, model_args, model_kwargs):
         """Each scalar block's own terms (:mod:`~numpyro_lm.marginal.block_terms`) for the
         quadrature, or ``None`` (no quadrature, no scalar blocks, or no per-block entries)."""
-        if not self.quadrature or not scalar_blocks(hessian):
-            return None
-        local = np.asarray(theta_index)[np.asarray(hessian.structure.local_index[:, 0])]
-        entries = find_entries(info, local, model_args, model_kwargs)
+        entries = scalar_block_entries(info, hessian, theta_index, model_args, model_kwargs) if self.quadrature else None
         if entries is None:
             return None
-        return partial(_conditional_block_values, info, phi_index, model_args, model_kwargs, entries)
+
+        def values(theta, phi):
+            return conditional_block_values(info, phi_index, phi, theta, model_args, model_kwargs, *entries)
+
+        return values
 
     def potential_energy(self, phi, theta_start=None, corrected: bool = True):
         """``-log p~(phi | y)`` (module docstring), the chain's target, its inner search

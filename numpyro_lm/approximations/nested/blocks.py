@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ...marginal.block_terms import BlockEntries, block_log_density, find_entries
+from ...marginal.block_terms import BlockEntries, block_log_density
 from ...marginal.collapsed import VERDICT_NODES, block_constants, collapsed_quadrature, collapsed_value
 from ...marginal.laplace_marginal import scalar_blocks
 from ...marginal.quadrature import as_slice
@@ -22,14 +22,14 @@ from ..joint_fit import ROW_BUDGET, rows_at_once
 from .design import NestedDesign
 from .mixture import MixtureDraws, block_proposal, mixture_variances
 
-__all__ = ["Blocks", "block_entries", "find_blocks", "COLLAPSED_DRAWS", "COLLAPSED_WORK", "COLLAPSED_ROWS", "QUADRATURE_NUMBERS", "quadrature_rows",
+__all__ = ["Blocks", "find_blocks", "COLLAPSED_DRAWS", "COLLAPSED_WORK", "COLLAPSED_ROWS", "QUADRATURE_NUMBERS", "quadrature_rows",
            "collapsed_draws", "collapsed_weights", "block_shifts"]
 
 
 class Blocks(NamedTuple):
     """A nested fit's scalar blocks, integrated out in its verdict: their positions in ``x``
     (``local (J,)``), the globals' (``glob (G,)``), the sites they make up, and which of the
-    model's log-probability entries are each block's (``entries``: :func:`block_entries`)."""
+    model's log-probability entries are each block's (``entries``: :func:`~numpyro_lm.marginal.block_terms.scalar_block_entries`)."""
 
     local: np.ndarray
     glob: np.ndarray
@@ -37,20 +37,11 @@ class Blocks(NamedTuple):
     entries: Optional[BlockEntries] = None
 
 
-def block_entries(info, hessian, x_index, args, kwargs, compiler_options) -> Optional[BlockEntries]:
-    """:func:`~numpyro_lm.marginal.block_terms.find_entries` for a structured nested fit's scalar
-    blocks (``hessian`` its conditional fits' strategy over the coordinates ``x_index``), else ``None``."""
-    if not scalar_blocks(hessian):
-        return None
-    return find_entries(info, np.asarray(x_index)[np.asarray(hessian.structure.local_index[:, 0])], args, kwargs,
-                        compiler_options)
-
-
 def find_blocks(layout, hessian, x_index, gaussian_cols, entries=None) -> "Blocks | None":
     """The :class:`Blocks` of a structured nested fit (``hessian`` its conditional fits' strategy over
     the coordinates ``x_index``) whose latent field is one scalar per plate entry, every one of them
     drawn from its Gaussian conditional (``gaussian_cols``) and every site either all blocks or none;
-    else ``None`` (the joint weights judge it). ``entries``: :func:`block_entries`'."""
+    else ``None`` (the joint weights judge it). ``entries``: :func:`~numpyro_lm.marginal.block_terms.scalar_block_entries`'."""
     if not scalar_blocks(hessian) or not np.all(gaussian_cols):
         return None
     local = np.asarray(hessian.structure.local_index[:, 0])

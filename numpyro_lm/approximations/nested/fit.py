@@ -26,7 +26,7 @@ from ...core.structure import MAX_CCD_DIM, hyper_sites
 from ...core.trace import is_elementwise, site_values, split_coordinates
 from ...curvature import DenseCurvature, DiagonalCurvature, Gaussian
 from ...families import get_family
-from ...marginal.block_terms import block_log_density
+from ...marginal.block_terms import conditional_block_values, scalar_block_entries
 from ...marginal.conditional import (banded_inner_hessian, conditional_fit, conditional_hessian, matched_normaliser,
                                      mean_shift, point_params, quantile_sites, structured_mean_shift)
 from ...marginal.laplace_marginal import scalar_blocks
@@ -38,7 +38,7 @@ from ...runtime.random import host_generator
 from ..joint_fit import FitOptions, constrained, initial_point, log_densities
 from ..result import Result, verdict_draws
 from .design import BATCH, NestedDesign, ccd_points, integrate
-from .blocks import block_entries, block_shifts, collapsed_draws, collapsed_weights, find_blocks
+from .blocks import block_shifts, collapsed_draws, collapsed_weights, find_blocks
 from .mixture import MixtureDraws, draw, mixture_block, mixture_moments, mixture_variances
 from .search import ModeSearch, NonFiniteStart, explore
 
@@ -58,8 +58,7 @@ def _inner(info, tol, max_iter, theta_index: tuple, gaussian_cols: tuple, curvat
         return -info.log_density(site_values(layout, theta_index, theta, x), args, kwargs)
 
     def block_values(theta, x):
-        terms = info.site_log_probs(site_values(layout, theta_index, theta, x), args, kwargs)
-        return block_log_density(terms, entry_sites[0], ids, entry_sites[1])
+        return conditional_block_values(info, theta_index, theta, x, args, kwargs, entry_sites[0], ids, entry_sites[1])
 
     blocks = None if entry_sites is None else block_values
 
@@ -105,12 +104,11 @@ def _inner(info, tol, max_iter, theta_index: tuple, gaussian_cols: tuple, curvat
 def inner_program(info, tol: float, max_iter: int, theta_index: tuple, gaussian_cols: tuple, curvature: str, plate,
                   args, kwargs, compiler_options=None):
     """``(run, entries)``: :func:`_inner` compiled, ``run((thetas, x0s, with_shift, ids), args, kwargs)``,
-    and with scalar blocks the blocks' log-probability entries (:func:`.blocks.block_entries`;
-    ``ids = entries.ids``, else ``()``)."""
+    and with scalar blocks the blocks' log-probability entries
+    (:func:`~numpyro_lm.marginal.block_terms.scalar_block_entries`; ``ids = entries.ids``, else ``()``)."""
     hessian = conditional_hessian(info.layout, theta_index, curvature, plate)
     x_index = np.setdiff1d(np.arange(info.size), theta_index)
-    structured = not isinstance(hessian, DenseHessian)
-    entries = block_entries(info, hessian, x_index, args, kwargs, compiler_options) if structured else None
+    entries = scalar_block_entries(info, hessian, x_index, args, kwargs, compiler_options)
     entry_sites = None if entries is None else (entries.sites, entries.blocks)
     # 20-60 calls (the search, the design): LLVM's optimisations pay for themselves but on small models
     return program(_inner, info, tol, max_iter, theta_index, gaussian_cols, curvature, plate, entry_sites,
@@ -305,7 +303,7 @@ class MarginalAtPoints:
     def __init__(self, inner, structured: bool, layout, options: FitOptions, dtype, bar, args, kwargs, ids=()):
         self.inner, self.structured, self.layout, self.options, self.dtype = inner, structured, layout, options, dtype
         self.batch, self.bar, self.args, self.kwargs = 1 if structured else BATCH, bar, args, kwargs
-        self.ids = ids  # the blocks' entries' ids (:func:`.blocks.block_entries`), device arrays
+        self.ids = ids  # the blocks' entries' ids (:func:`~numpyro_lm.marginal.block_terms.scalar_block_entries`), device arrays
 
     def __call__(self, thetas, x0s, with_shift=False):
         # padding and gathering on the host (eager JAX slicing costs more than the fit)
