@@ -97,7 +97,7 @@ class BandedHessian(NamedTuple):
         dim, colours = x.shape[-1], 2 * self.half_width + 1
         field, glob = self._field(dim), np.asarray(self.glob, int)
         probes = self._probes(dim, x.dtype)
-        value, grad, products = value_grad_products(fn, x, probes if self.check else probes[:-1])
+        value, grad, products = value_grad_products(fn, x, probes if self.check else probes[:-1], batched=True)
         band = band_from_products(products[:colours][:, field], self.half_width)
         border = products[colours:colours + glob.size]
         hess = (band, border[:, field].T, border[:, glob])

@@ -193,7 +193,7 @@ def _products(fn, x, probes):
     return jax.lax.map(lambda v: hvp(fn, x, v), probes)
 
 
-def value_grad_products(fn, x, probes):
+def value_grad_products(fn, x, probes, batched: bool = False):
     """``(fn(x), its gradient, H v for each row v of probes)`` from one linearisation of
     ``value_and_grad``: the model's forward and backward pass once, then a tangent pass per
     probe (lax.map, as :func:`_products`), instead of a gradient and then a gradient with its
@@ -206,6 +206,8 @@ def value_grad_products(fn, x, probes):
             raise
         value, grad = jax.value_and_grad(fn)(x)
         return value, grad, _products(fn, x, probes)
+    if batched:
+        return value, grad, jax.vmap(lambda v: product(v)[1])(probes)
     return value, grad, jax.lax.map(lambda v: product(v)[1], probes)
 
 

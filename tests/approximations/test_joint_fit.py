@@ -7,7 +7,7 @@ import pytest
 
 from numpyro_lm.approximations import joint_fit as fit_module
 from numpyro_lm.approximations.joint_fit import (CPU_ROW_NUMBERS, ROW_BUDGET, largest_intermediate, log_densities,
-                                                map_rows, rows_at_once)
+                                                map_rows, rows_at_once, runs_loops)
 from numpyro_lm.core.model import model_info
 from shared_models import whitened_gp
 
@@ -32,6 +32,38 @@ def test_rows_at_once_fit_the_budget_and_divide_the_rows_where_they_can(per_row,
         assert n % rows == 0 and 2 * rows > target
     else:
         assert rows == target
+
+
+def test_runs_loops_sees_a_scan_and_not_a_plain_model():
+    import numpyro
+    import numpyro.distributions as dist
+    from numpyro.contrib.control_flow import scan
+
+    def chain(y):
+        sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
+
+        def step(prev, _):
+            f = numpyro.sample("f", dist.Normal(prev, sigma))
+            return f, f
+
+        _, f = scan(step, 0.0, None, length=y.shape[0])
+        numpyro.sample("y", dist.Normal(f, 1.0), obs=y)
+
+    def flat(y):
+        sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
+        f = numpyro.sample("f", dist.Normal(0.0, sigma).expand(y.shape))
+        numpyro.sample("y", dist.Normal(f, 1.0), obs=y)
+
+    y = jnp.zeros(5)
+    for model, loops in ((chain, True), (flat, False)):
+        info = model_info(model, (y,))
+        assert runs_loops(lambda r: info.log_density(r, (y,)), jnp.zeros(info.size)) is loops
+
+
+def test_rows_that_loop_take_the_whole_budget_at_once():
+    # a loop's steps cost a fixed time per operation: the CPU's cache-sized chunks do not apply
+    assert rows_at_once(404, 4000, loops=True) == min(4000, ROW_BUDGET // 404)
+    assert rows_at_once(10**8, 5, loops=True) == 1
 
 
 @pytest.mark.slow  # a long end-to-end run: CI=true and make test-all

@@ -35,6 +35,30 @@ def test_an_ar1_trends_band_is_found_and_gives_the_dense_fits_answer():
         assert abs(a.std() / b.std() - 1) < 0.1, site
 
 
+def test_a_looping_models_inner_fits_batched_equal_one_at_a_time():
+    """The AR(1) model loops (scan): its inner fits are vmapped eight at a time; at the same points
+    they give what one after another (lax.map) gives, to float64 round-off of Newton's stopping
+    point (tolerance 1e-10 on the decrement)."""
+    from numpyro_lm.approximations.nested.fit import inner_program, model_loops
+    from numpyro_lm.core.model import model_info
+    from numpyro_lm.mode.banded_hessian import BandedHessian
+    from numpyro_lm.runtime.programs import in_float64
+
+    y = ar1_data(60)
+    info = model_info(ar1_counts, (y,))
+    assert model_loops(info, (y,), {})
+    thetas = np.array([[1.0, 1.2, -0.8], [0.5, 0.3, -1.5], [1.5, 2.0, -0.5]])
+    x0s = np.zeros((3, info.size - 3))
+    out = {}
+    for loops in (True, False):
+        run, _ = inner_program(info, 1e-10, 100, (0, 1, 2), (True,) * (info.size - 3), BandedHessian(1), None,
+                               (y,), {}, loops=loops)
+        out[loops] = in_float64(run, (thetas, x0s, np.asarray(True), ()), (y,), {})
+    for name in ("log_density", "x", "var", "shift"):
+        np.testing.assert_allclose(getattr(out[True], name), getattr(out[False], name), rtol=1e-7, atol=1e-9,
+                                   err_msg=name)
+
+
 def test_a_second_banded_nested_fit_compiles_nothing():
     """A warm call (same shapes, a new key) reuses every program, the band's search included."""
     y = ar1_data(80)
