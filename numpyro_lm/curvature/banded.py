@@ -218,6 +218,13 @@ class BandedCurvature(NamedTuple):
 
     def covariance_blocks(self):
         """``(n, b, b)``: the diagonal blocks of :math:`H^{-1}` (the Takahashi recursion)."""
+        return self.covariance_band()[0]
+
+    def covariance_band(self):
+        r"""``(diagonal (n, b, b), next (n-1, b, b))`` blocks of :math:`H^{-1}`: :math:`\Sigma_{ii}`
+        by the Takahashi recursion (module docstring) and :math:`\Sigma_{i,i+1} = -M_i^\top \Sigma_{i+1,i+1}`
+        (block row ``i`` of :math:`L^\top \Sigma = L^{-1}` above its diagonal): every entry of
+        :math:`H^{-1}` within ``b`` of the diagonal, in ``O(n b^3)``."""
         eye = jnp.eye(self.diag.shape[-1], dtype=self.diag.dtype)
         d_inv = jax.vmap(lambda d: _lower_solve(d, eye))(self.diag_chol)  # D_i^-1
         own = jnp.einsum("nki,nkj->nij", d_inv, d_inv)  # (D_i D_i^T)^-1 = D_i^-T D_i^-1
@@ -229,7 +236,8 @@ class BandedCurvature(NamedTuple):
             return sigma, sigma
 
         _, rest = jax.lax.scan(step, own[-1], (own[:-1], m), reverse=True)
-        return jnp.concatenate([rest, own[-1][None]])
+        diagonal = jnp.concatenate([rest, own[-1][None]])
+        return diagonal, -jnp.einsum("nji,njk->nik", m, diagonal[1:])
 
     def variance(self):
         blocks = self.covariance_blocks()

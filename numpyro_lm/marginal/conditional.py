@@ -25,6 +25,7 @@ from ..mode.banded_hessian import BandedHessian, smallest_width
 from ..mode.hessian import (GLOBAL_MAX, ArrowheadHessian, DenseHessian, PlateStructure, diagonal_structure,
                            lowrank_hessian, plate_structure, structure_tol)
 from ..runtime.programs import program
+from .field_correction import second_order_correction
 from .laplace_marginal import inner_search, quadrature_correction, scalar_blocks
 from .quadrature import SHIFT_NODES, add_at, as_slice, block_quadrature_correction
 
@@ -152,6 +153,10 @@ def _structured_fit(log_density: Callable, theta, state, hessian, values=None):
         # scalar local blocks: each one's integral by adaptive Gauss-Hermite, not one Gaussian
         log_marginal = log_marginal + quadrature_correction(log_density, theta, state.x, hessian, state.hess, False,
                                                             values)
+    elif isinstance(hessian, BandedHessian) and not hessian.glob:
+        # a Markov field: the expansion's next terms, whose change with theta tilts its marginal
+        log_marginal = log_marginal + second_order_correction(lambda x: -log_density(x, theta), state.x,
+                                                              state.hess[0], hessian.half_width)
     log_marginal = jnp.where(ok & jnp.isfinite(log_marginal), log_marginal, -jnp.inf)
     fits = PointFits(log_marginal, state.x, None, curvature.diagonal(), curvature.uncoupled(), {},
                      jnp.zeros_like(state.x), curvature.variance(), curvature, state.structure_error)

@@ -44,6 +44,15 @@ def test_operations_match_dense_linear_algebra(dim, half_width):
     np.testing.assert_allclose(c.whiten(c.inv_sqrt(v)), v, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(c.logdet(), np.linalg.slogdet(h)[1], rtol=1e-12)
     np.testing.assert_allclose(c.variance(), np.diag(cov), rtol=1e-10)
+    diagonal, following = c.covariance_band()  # H^-1's diagonal blocks and the ones right of them
+    b, padded = half_width, c.diag.shape[0] * half_width
+    full = np.eye(padded)
+    full[:dim, :dim] = cov  # the padding's identity coordinates are coupled to nothing
+    for i in range(diagonal.shape[0]):
+        np.testing.assert_allclose(diagonal[i], full[i * b:(i + 1) * b, i * b:(i + 1) * b], rtol=1e-10, atol=1e-12)
+        if i + 1 < diagonal.shape[0]:
+            np.testing.assert_allclose(following[i], full[i * b:(i + 1) * b, (i + 1) * b:(i + 2) * b], rtol=1e-10,
+                                       atol=1e-12)
     np.testing.assert_allclose(c.diagonal(), np.diag(h))
     index = np.array([[0, dim - 1, 1], [2, 1, 1]])
     np.testing.assert_allclose(c.block(index), cov[index[..., :, None], index[..., None, :]], rtol=1e-10, atol=1e-14)
