@@ -218,6 +218,12 @@ def basis_value(params, choice: SiteChoice, site):
     x = t(y)
     log_det = t.log_abs_det_jacobian(y, x)
     log_det = sum_rightmost(log_det, jnp.ndim(log_det) - jnp.ndim(x) + len(site["fn"].event_shape))
+    if jnp.ndim(x) > len(site["kwargs"].get("sample_shape", ()) + site["fn"].shape()):
+        # a site inside numpyro's scan: each step takes its row of the whole series (x), and
+        # each step's factor counts once; each step gets the series' log-Jacobian over its
+        # length (the whole series' at every step counted it length times, and stacked an
+        # (n, n) array of factors)
+        log_det = jnp.sum(log_det, axis=0) / jnp.shape(x)[0]
     if site["scale"] is not None:
         log_det = site["scale"] * log_det
     numpyro.factor(f"_{name}_lm_log_det", log_det)

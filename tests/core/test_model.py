@@ -96,3 +96,31 @@ def test_obs_mask_entries_the_mask_drops_get_a_standard_normal_density():
                 + dist.Exponential(rate).log_prob(missing[1]) + np.log(missing[1])
                 + np.sum(dist.Normal(0, 1).log_prob(np.log(missing[mask]))))
     np.testing.assert_allclose(info.log_density(flat, (y, mask), {}), expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("prior", [dist.HalfNormal(1.0), dist.Beta(2.0, 3.0), dist.Normal(0.0, 2.0)])
+def test_a_site_inside_scan_has_the_log_density_of_the_same_site_outside(prior):
+    """A latent site sampled at each step of numpyro's ``scan`` (log, logit and identity bases):
+    its basis log-Jacobian counts once per step, so the density equals that of the vectorised
+    model (it counted the whole series' Jacobian at every step: n times too much), and its value
+    costs no (n, n) array of factors."""
+    from numpyro.contrib.control_flow import scan
+
+    def stepped(y):
+        def step(carry, yt):
+            s = numpyro.sample("s", prior)
+            numpyro.sample("y", dist.Normal(0.0, 1.0 + s), obs=yt)
+            return carry, None
+
+        scan(step, 0.0, y)
+
+    def vectorised(y):
+        s = numpyro.sample("s", prior.expand([y.shape[0]]))
+        numpyro.sample("y", dist.Normal(0.0, 1.0 + s), obs=y)
+
+    y = jnp.array([0.5, -1.0, 2.0, 0.3])
+    z = jnp.array([0.1, -0.3, 0.4, 1.2])
+    a, b = (model_info(m, (y,)) for m in (stepped, vectorised))
+    assert a.layout.sites[0].basis == b.layout.sites[0].basis
+    np.testing.assert_allclose(a.log_density(z, (y,)), b.log_density(z, (y,)), rtol=1e-12)
+    np.testing.assert_allclose(jax.grad(a.log_density)(z, (y,)), jax.grad(b.log_density)(z, (y,)), rtol=1e-12)
