@@ -198,7 +198,19 @@ def value_grad_products(fn, x, probes, batched: bool = False):
     ``value_and_grad``: the model's forward and backward pass once, then a tangent pass per
     probe (lax.map, as :func:`_products`), instead of a gradient and then a gradient with its
     tangent per probe (less time for each inner Newton evaluation of a GLMM);
-    :func:`_products` where forward mode is refused (:func:`~numpyro_lm.mode.derivatives.hvp`)."""
+    :func:`_products` where forward mode is refused (:func:`~numpyro_lm.mode.derivatives.hvp`).
+
+    ``batched``: the gradient, then every probe's forward-over-reverse product at once (vmap), for
+    a model that loops (``scan``): linearising a ``scan`` costs time quadratic in its length
+    (an AR(1) over 2000 steps, four probes: 17 ms linearised, 0.13 ms so)."""
+    if batched:
+        value, grad = jax.value_and_grad(fn)(x)
+        try:
+            return value, grad, jax.vmap(lambda v: jax.jvp(jax.grad(fn), (x,), (v,))[1])(probes)
+        except TypeError as error:
+            if not forward_mode_refused(error):
+                raise
+            return value, grad, _products(fn, x, probes)
     try:
         (value, grad), product = jax.linearize(jax.value_and_grad(fn), x)
     except TypeError as error:
@@ -206,8 +218,6 @@ def value_grad_products(fn, x, probes, batched: bool = False):
             raise
         value, grad = jax.value_and_grad(fn)(x)
         return value, grad, _products(fn, x, probes)
-    if batched:
-        return value, grad, jax.vmap(lambda v: product(v)[1])(probes)
     return value, grad, jax.lax.map(lambda v: product(v)[1], probes)
 
 
