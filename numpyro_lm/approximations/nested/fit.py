@@ -30,7 +30,7 @@ from ...marginal.block_terms import conditional_block_values, scalar_block_entri
 from ...marginal.conditional import (banded_inner_hessian, conditional_fit, conditional_hessian, matched_normaliser,
                                      mean_shift, point_params, quantile_sites, structured_mean_shift)
 from ...marginal.laplace_marginal import scalar_blocks
-from ...mode.hessian import DenseHessian, structure_tol
+from ...mode.hessian import DenseHessian, LowRankHessian, structure_tol
 from ...posterior.marginals import finite_params, matched_params
 from ...runtime.programs import in_float64, options_for_repeats, program
 from ...runtime.progress import progress
@@ -355,7 +355,9 @@ def run_nested(info, options: FitOptions, hyper, rng_key, args, kwargs, init_par
     hyper_key = tuple(int(i) for i in split.theta_index)
     curvature = options.curvature
     hessian = conditional_hessian(layout, hyper_key, curvature, options.plate)
-    if isinstance(hessian, DenseHessian) and options.field_band:  # no plate's structure: a Markov field's band?
+    # no plate's structure (dense, or the low-rank update the joint fit tries above ARROWHEAD_MIN_DIM
+    # coordinates, whose rank grows with the observations): a Markov field's band?
+    if isinstance(hessian, (DenseHessian, LowRankHessian)) and options.field_band:
         banded = banded_inner_hessian(info, hyper_key, origin_point(layout), args, kwargs)
         curvature, hessian = (banded, banded) if banded is not None else (curvature, hessian)
     structured = not isinstance(hessian, DenseHessian)
