@@ -49,7 +49,7 @@ import numpy as np
 from ..curvature.banded import BandedCurvature
 from ..mode.hessian import relative_error, structure_tol
 
-__all__ = ["REACH", "diagonal_derivatives", "second_order_correction"]
+__all__ = ["REACH", "diagonal_derivatives", "second_order_correction", "field_skewness"]
 
 REACH = 4
 """The cubic sum runs over pairs in the same or neighbouring blocks of this many coordinates (or
@@ -72,20 +72,48 @@ def diagonal_derivatives(neg_log_density: Callable, x):
     return t, q, relative_error(third(x, signs), t)
 
 
+def _covariance_blocks(band, half_width: int):
+    """``(curvature, diagonal, following, reach)``: the band refactorised in blocks of ``reach``
+    coordinates (:data:`REACH`, or the half-width where that is more) and its covariance's
+    diagonal and next blocks (:meth:`~numpyro_lm.curvature.banded.BandedCurvature.covariance_band`)."""
+    reach = max(REACH, half_width)
+    wide = jnp.concatenate([band, jnp.zeros((band.shape[0], reach - half_width), band.dtype)], axis=1)
+    curvature = BandedCurvature.from_band(wide, reach)
+    return (curvature, *curvature.covariance_band(), reach)
+
+
+def _in_blocks(v, reach: int):
+    """``v (D,)`` zero-padded and cut as the blocks: ``(blocks, reach)``."""
+    return jnp.concatenate([v, jnp.zeros(-v.shape[-1] % reach, v.dtype)]).reshape(-1, reach)
+
+
 def second_order_correction(neg_log_density: Callable, x, band, half_width: int):
     r""":math:`\epsilon` (module docstring) at the conditional mode ``x`` of a field whose Hessian
     there has the lower band ``band (D, w + 1)``; zero where the higher derivatives are not
     diagonal (:func:`diagonal_derivatives`' check) or the result is not finite."""
     t, q, error = diagonal_derivatives(neg_log_density, x)
-    reach = max(REACH, half_width)
-    wide = jnp.concatenate([band, jnp.zeros((band.shape[0], reach - half_width), band.dtype)], axis=1)
-    curvature = BandedCurvature.from_band(wide, reach)
-    diagonal, following = curvature.covariance_band()
+    curvature, diagonal, following, reach = _covariance_blocks(band, half_width)
     variance = jnp.diagonal(diagonal, axis1=-2, axis2=-1).reshape(-1)[:x.shape[-1]]
     a = t * variance
-    tb = jnp.concatenate([t, jnp.zeros(-t.shape[-1] % reach, t.dtype)]).reshape(-1, reach)  # as the blocks
+    tb = _in_blocks(t, reach)
     cubic = (jnp.einsum("ni,nij,nj->", tb, diagonal**3, tb)
              + 2.0 * jnp.einsum("ni,nij,nj->", tb[:-1], following**3, tb[1:]))
     epsilon = -jnp.sum(q * variance**2) / 8 + jnp.dot(a, curvature.solve(a)) / 8 + cubic / 12
     ok = (error <= structure_tol(x.dtype)) & jnp.isfinite(epsilon)
     return jnp.where(ok, epsilon, 0.0)
+
+
+def field_skewness(neg_log_density: Callable, x, band, half_width: int):
+    r"""Each coordinate's skewness under :math:`p(x \mid \theta, y)` to leading order,
+    :math:`\gamma_i = -\sum_j t_j \Sigma_{ij}^3 / \Sigma_{ii}^{3/2}` (the third cumulant
+    :math:`-\phi_{jkl}\Sigma_{ij}\Sigma_{ik}\Sigma_{il}` with diagonal third derivatives), over
+    the same pairs as the correction's cubic sum; NaN where the higher derivatives are not diagonal."""
+    t, _, error = diagonal_derivatives(neg_log_density, x)
+    _, diagonal, following, reach = _covariance_blocks(band, half_width)
+    tb = _in_blocks(t, reach)
+    third = jnp.einsum("nij,nj->ni", diagonal**3, tb)
+    third = third.at[:-1].add(jnp.einsum("nij,nj->ni", following**3, tb[1:]))  # columns in the next block
+    third = third.at[1:].add(jnp.einsum("nji,nj->ni", following**3, tb[:-1]))  # and in the previous one
+    variance = jnp.diagonal(diagonal, axis1=-2, axis2=-1)
+    gamma = (-third / variance**1.5).reshape(-1)[:x.shape[-1]]
+    return jnp.where(error <= structure_tol(x.dtype), gamma, jnp.nan)

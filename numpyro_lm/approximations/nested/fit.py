@@ -12,7 +12,6 @@ made. Nested fits are for one data set: ``run_many`` refuses them.
 from __future__ import annotations
 
 import warnings
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -22,13 +21,13 @@ from jax import lax
 from ...checks.errors import FitChecks, check_fit
 from ...core.curvature_choice import StructureError, check_dense_memory, structure_message
 from ...core.starts import origin_point
-from ...core.structure import MAX_CCD_DIM, hyper_sites
-from ...core.trace import is_elementwise, site_values, split_coordinates
+from ...core.structure import hyper_sites
+from ...core.trace import is_elementwise, site_values
 from ...curvature import DenseCurvature, DiagonalCurvature, Gaussian
 from ...families import get_family
 from ...marginal.block_terms import conditional_block_values, scalar_block_entries
 from ...marginal.conditional import (banded_inner_hessian, conditional_fit, conditional_hessian, matched_normaliser,
-                                     mean_shift, point_params, quantile_sites, structured_mean_shift)
+                                     mean_shift, point_params, structured_mean_shift)
 from ...marginal.laplace_marginal import scalar_blocks
 from ...mode.hessian import DenseHessian, LowRankHessian, structure_tol
 from ...posterior.marginals import finite_params, matched_params
@@ -37,7 +36,9 @@ from ...runtime.progress import progress
 from ...runtime.random import host_generator
 from ..joint_fit import FitOptions, constrained, initial_point, log_densities, runs_loops
 from ..result import Result, verdict_draws
-from .design import BATCH, NestedDesign, ccd_points, integrate
+from .coordinates import Coordinates, nested_coordinates
+from .field import FIELD_DRAWS, border_joins_hyper, field_weights, find_field
+from .design import BATCH, NestedDesign, integrate
 from .blocks import block_shifts, collapsed_draws, collapsed_weights, find_blocks
 from .mixture import MixtureDraws, draw, mixture_block, mixture_moments, mixture_variances
 from .search import ModeSearch, NonFiniteStart, explore
@@ -143,21 +144,23 @@ class NestedResult(Result):
     by the first :meth:`draws` of that number)."""
 
     def __init__(self, info, args, kwargs, rng_key, hyper: list, design: NestedDesign, search: ModeSearch,
-                 matched: tuple, num_samples: int, compiler_options, design_draws=None, blocks=None):
+                 matched: tuple, num_samples: int, compiler_options, design_draws=None, blocks=None, field=None):
         super().__init__(info, args, kwargs, rng_key, num_samples, compiler_options)
-        self.hyper, self.design, self.search, self.blocks = hyper, design, search, blocks
+        self.hyper, self.design, self.search, self.blocks, self.field = hyper, design, search, blocks, field
         self._gaussian, self._params, self._finite, self._positive = matched
         self._design_draws, self._log_q, self._block_distance = dict(design_draws or {}), {}, {}
         self._nonfinite = {}
 
     @property
     def collapsed_weights(self) -> bool:
-        return self.blocks is not None
+        return self.blocks is not None or self.field is not None
 
     @property
     def num_diagnostic_samples(self) -> int:
         """Draws behind the verdict: with scalar blocks :func:`collapsed_draws` (the first of
         get_samples' draws where there are fewer than ``num_samples``)."""
+        if self.field is not None:
+            return min(FIELD_DRAWS, super().num_diagnostic_samples)
         if self.blocks is None:
             return super().num_diagnostic_samples
         return collapsed_draws(self.info, super().num_diagnostic_samples)
@@ -201,6 +204,8 @@ class NestedResult(Result):
 
     def _new_weights(self, num_samples: int, flat):
         made = self._draws_made(num_samples)
+        if self.field is not None:  # the field integrated out (.field)
+            return field_weights(self.field, self.design, made, flat)
         if self.blocks is None:
             log_p = np.asarray(self.call(log_densities, (self.info,), (flat,), float64=True, points=num_samples))
             return log_p, np.asarray(made.log_q(), np.float64)
@@ -220,7 +225,9 @@ class NestedResult(Result):
                 "where the model is not defined"]
 
     def block_shifts(self) -> dict:
-        """The blocks' sites' shifts (:func:`.blocks.block_shifts`), or ``{}`` without :class:`~.blocks.Blocks`."""
+        """The blocks' sites' shifts (:func:`.blocks.block_shifts`), a field's (:class:`.field.Field`), or ``{}``."""
+        if self.field is not None:
+            return dict(self.field.shift)
         if self.blocks is None:
             return {}
         n = self.num_diagnostic_samples
@@ -269,33 +276,6 @@ def design_draws(design: NestedDesign, layout, rng_key, num_samples: int) -> Mix
     """The design mixture's draws (host; their ``log q`` a function, on request), the same for
     the same key and number."""
     return draw(host_generator(rng_key, stream=num_samples), design, layout, num_samples)
-
-
-class Coordinates(NamedTuple):
-    """How a nested fit splits the flat coordinates: the hyperparameter sites and their
-    coordinates ``theta_index``, the rest ``x_index``; ``mapped`` (all ``D``): drawn through each
-    design point's matched family (quantile sites); ``gaussian_cols`` (the ``x`` ones): drawn from
-    their conditional Gaussians, with a conditional mean that follows the hyperparameters."""
-
-    hyper: list
-    theta_index: np.ndarray
-    x_index: np.ndarray
-    mapped: np.ndarray
-    gaussian_cols: np.ndarray
-
-
-def nested_coordinates(layout, hyper: list) -> Coordinates:
-    """The :class:`Coordinates` of a nested fit over the ``hyper`` sites (refused where it would
-    leave no latent coordinate, or integrate over too many)."""
-    theta_index, x_index = split_coordinates(layout, set(hyper))
-    if x_index.size == 0:
-        raise ValueError("hyper= names every latent site: nothing is left for the conditional Laplace step")
-    if theta_index.size > MAX_CCD_DIM:
-        ccd_points(theta_index.size)  # refuses, naming the limit
-    mapped = np.zeros(layout.size, bool)
-    for site, _ in quantile_sites(layout, theta_index):
-        mapped[site.offset : site.offset + site.size] = True
-    return Coordinates(hyper, theta_index, x_index, mapped, ~mapped[x_index])
 
 
 def model_loops(info, args, kwargs) -> bool:
@@ -359,6 +339,9 @@ def run_nested(info, options: FitOptions, hyper, rng_key, args, kwargs, init_par
     # coordinates, whose rank grows with the observations): a Markov field's band?
     if isinstance(hessian, (DenseHessian, LowRankHessian)) and options.field_band:
         banded = banded_inner_hessian(info, hyper_key, origin_point(layout), args, kwargs)
+        if banded is not None and banded.glob:
+            split, banded = border_joins_hyper(info, split, banded, args, kwargs)
+            hyper_key = tuple(int(i) for i in split.theta_index)
         curvature, hessian = (banded, banded) if banded is not None else (curvature, hessian)
     structured = not isinstance(hessian, DenseHessian)
     if not structured and options.curvature != "dense":
@@ -375,6 +358,7 @@ def run_nested(info, options: FitOptions, hyper, rng_key, args, kwargs, init_par
         search = _mode_search(marginal, info, options, split, rng_key, init_params, args, kwargs, compiler_options)
         design = integrate(marginal, search, split.theta_index, split.x_index, split.gaussian_cols,
                            coarse=structured, batch=marginal.batch)
+    marginal.bar = progress(False)  # the field's verdict fits again, silently
     if design.edge_mass > 1e-3:
         warnings.warn(
             f"nested Laplace: {design.edge_mass:.1%} of the hyperparameters' mass lies on the edge of the "
@@ -385,12 +369,16 @@ def run_nested(info, options: FitOptions, hyper, rng_key, args, kwargs, init_par
     # the verdict's draws (get_samples' are their first num_samples: one program to compile)
     n = verdict_draws(info, args, kwargs, num_samples)
     blocks = find_blocks(layout, hessian, split.x_index, split.gaussian_cols, entries) if structured else None
+    field = None if blocks is not None else find_field(info, hessian, design, split.x_index, split.gaussian_cols,
+                                                       marginal, args, kwargs, compiler_options)
     if blocks is not None:  # the verdict's draws are get_samples' first ones, or the other way round
         n = max(num_samples, collapsed_draws(info, n))
+    elif field is not None:
+        n = max(num_samples, min(FIELD_DRAWS, n))
     draws = {n: design_draws(design, layout, rng_key, n)}
     matched = _mixture_matched(info, design, split, block_index, draws[n], args, kwargs, compiler_options)
     result = NestedResult(info, args, kwargs, rng_key, split.hyper, design, search, matched, num_samples,
-                          compiler_options, draws, blocks)
+                          compiler_options, draws, blocks, field)
     check_fit(layout, result.checks(), result.gaussian.curvature)
     return result
 
