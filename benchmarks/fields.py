@@ -35,7 +35,7 @@ from report import environment, write_results  # noqa: E402
 
 from numpyro_lm import LaplaceMatching  # noqa: E402
 
-SIZES = (200, 2000)
+SIZES = (200, 2000, 10_000)
 NUTS_MAX = 200
 """NUTS runs up to this length (a scan over 2000 steps takes NUTS most of an hour here)."""
 NUM_WARMUP, NUM_SAMPLES, WARM_REPEATS = 500, 2000, 3
