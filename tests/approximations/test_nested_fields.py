@@ -15,6 +15,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmar
 from fields import ar1_counts, ar1_data  # noqa: E402  (the benchmark's model and data)
 
 
+@pytest.mark.slow  # a long end-to-end run (a dense nested fit beside the banded one): CI=true and make test-all
 def test_an_ar1_trends_band_is_found_and_gives_the_dense_fits_answer(monkeypatch):
     """An AR(1) Poisson trend of 80 steps (hyperparameters mu, rho, sigma): with the curvature
     chosen automatically the inner fits read the trend's tridiagonal Hessian (3 products, not 80)
@@ -41,6 +42,7 @@ def test_an_ar1_trends_band_is_found_and_gives_the_dense_fits_answer(monkeypatch
         assert abs(a.std() / b.std() - 1) < 0.1, site
 
 
+@pytest.mark.slow  # two programs of the inner fits compiled: CI=true and make test-all
 def test_a_looping_models_inner_fits_batched_equal_one_at_a_time():
     """The AR(1) model loops (scan): its inner fits are vmapped eight at a time; at the same points
     they give what one after another (lax.map) gives, to float64 round-off of Newton's stopping
