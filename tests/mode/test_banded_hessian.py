@@ -92,6 +92,7 @@ def test_newton_on_the_band_finds_the_dense_strategys_mode_and_curvature(order):
     np.testing.assert_allclose(curvature.variance(), np.diag(np.linalg.inv(h)), rtol=1e-8)
 
 
+@pytest.mark.slow  # 18 s (a nested fit): CI=true and make test-all; the bordered band's algebra is in the fast set
 def test_a_band_beside_an_intercept_gets_a_dense_border():
     """The intercept among the field's coordinates couples to every step: no band holds alone,
     the band with the intercept as its border does, and Newton on it reaches the dense mode."""
