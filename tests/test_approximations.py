@@ -78,6 +78,7 @@ def test_refinement_keeps_the_exact_gaussian_to_its_monte_carlo_error():
     np.testing.assert_allclose(jnp.sqrt(posterior["theta"].variance), theta_sd, rtol=0.2)
 
 
+@pytest.mark.slow  # 8 s of NUTS: CI=true and make test-all (test_laplace_nuts.py keeps LaplaceNUTS fast)
 def test_laplace_marginal_nuts_samples_the_exact_marginal():
     """1000 draws, about 500 effective: the mean's MC error is 0.045 SD, the SD's about 3%; the
     bounds are four of those."""
