@@ -203,15 +203,10 @@ def value_grad_products(fn, x, probes, batched: bool = False):
     ``batched``: the gradient, then every probe's forward-over-reverse product at once (vmap), for
     a model that loops (``scan``): linearising a ``scan`` costs time quadratic in its length
     (an AR(1) over 2000 steps, four probes: 17 ms linearised, 0.13 ms so)."""
-    if batched:
-        value, grad = jax.value_and_grad(fn)(x)
-        try:
-            return value, grad, jax.vmap(lambda v: jax.jvp(jax.grad(fn), (x,), (v,))[1])(probes)
-        except TypeError as error:
-            if not forward_mode_refused(error):
-                raise
-            return value, grad, _products(fn, x, probes)
     try:
+        if batched:
+            value, grad = jax.value_and_grad(fn)(x)
+            return value, grad, jax.vmap(lambda v: jax.jvp(jax.grad(fn), (x,), (v,))[1])(probes)
         (value, grad), product = jax.linearize(jax.value_and_grad(fn), x)
     except TypeError as error:
         if not forward_mode_refused(error):
