@@ -42,7 +42,7 @@ from ..posterior.refine import Refinement, refine
 from ..runtime.programs import merge_inputs
 
 __all__ = ["FitOptions", "Starts", "JointFit", "initial_point", "start", "resume", "finish", "refine_fit", "matched_fit", "fit", "fit_many", "draw", "weigh", "log_densities", "constrained", "map_rows", "largest_intermediate", "ROW_BUDGET",
-           "CPU_ROW_NUMBERS", "rows_at_once", "runs_loops"]
+           "CPU_ROW_NUMBERS", "rows_at_once", "runs_loops", "row_profile"]
 
 
 class FitOptions(NamedTuple):
@@ -241,16 +241,17 @@ nor a latent GP 4000 copies of its n x n kernel matrix."""
 def largest_intermediate(fn, row) -> int:
     """Numbers in the largest array ``fn(row)`` computes (its jaxpr's outputs, sub-programs
     included): a GP's kernel matrix, where the model's data and latent values are small."""
-    return _row_program(fn, row)[0]
+    return row_profile(fn, row)[0]
 
 
 def runs_loops(fn, row) -> bool:
     """Whether ``fn(row)`` runs a loop (``scan``, ``while``: a Markov chain written with ``scan``)."""
-    return _row_program(fn, row)[1]
+    return row_profile(fn, row)[1]
 
 
-def _row_program(fn, row):
-    """``(largest array's numbers, whether it loops)`` of ``fn``'s jaxpr at ``row``'s shape."""
+def row_profile(fn, row):
+    """``(largest array's numbers, whether it loops)`` of ``fn``'s jaxpr at ``row``'s shape: one trace
+    for :func:`largest_intermediate` and :func:`runs_loops`."""
 
     def walk(jaxpr):
         size, loops = 1, False
@@ -294,7 +295,7 @@ def rows_at_once(per_row: int, n: int, loops: bool = False) -> int:
 
 def map_rows(info: ModelInfo, fn, flat):
     """``fn`` over the rows of ``flat (n, D)``: vmapped, in chunks (:func:`rows_at_once`)."""
-    largest, loops = _row_program(fn, flat[0])
+    largest, loops = row_profile(fn, flat[0])
     rows = rows_at_once(max(info.layout.observed_size + info.size + 1, largest), flat.shape[0], loops)
     if rows >= flat.shape[0]:
         return jax.vmap(fn)(flat)

@@ -31,10 +31,10 @@ from ..posterior.matched import MatchedPosterior, site_distribution
 from ..runtime.batch import Batch, take, take_inputs
 from ..runtime.programs import in_float64, options_for_work, program
 from ..runtime.random import host_generator, split_chains
-from .joint_fit import constrained, largest_intermediate, log_densities
+from .joint_fit import constrained, log_densities, row_profile
 from .summary import diagnostics_of, print_summary
 
-__all__ = ["Result", "verdict_draws", "diagnostic_samples", "WORK_BUDGET", "second_opinion"]
+__all__ = ["Result", "verdict_draws", "density_profile", "diagnostic_samples", "WORK_BUDGET", "second_opinion"]
 
 
 def _spectrum_range(gaussian, args, kwargs):
@@ -81,21 +81,22 @@ def diagnostic_samples(num_samples: int, dim: int, batch_size: int = 1, work: in
     return min(n, max(200, WORK_BUDGET // (max(work, 1) * batch_size)))
 
 
-_LARGEST = {}
+_PROFILES = {}
 
 
-def _largest_array(info, args, kwargs) -> int:
-    """:func:`~numpyro_lm.approximations.joint_fit.largest_intermediate` of the model's density, once per model and
-    argument shapes (a second ``run`` on new data of the same shapes does not trace again)."""
+def density_profile(info, args, kwargs) -> tuple:
+    """:func:`~numpyro_lm.approximations.joint_fit.row_profile` of the model's density (its largest
+    array's numbers, whether it loops), once per model and argument shapes (a second ``run`` on new
+    data of the same shapes does not trace again)."""
     leaves, treedef = jax.tree.flatten((args, kwargs))
     key = (info.model, info.layout, treedef,
            tuple((np.shape(x), str(getattr(x, "dtype", type(x).__name__))) for x in leaves))
-    if key not in _LARGEST:
-        if len(_LARGEST) > 256:  # a long session of many shapes: forget, do not grow without bound
-            _LARGEST.clear()
+    if key not in _PROFILES:
+        if len(_PROFILES) > 256:  # a long session of many shapes: forget, do not grow without bound
+            _PROFILES.clear()
         zeros = jax.ShapeDtypeStruct((info.size,), jax.numpy.result_type(float))
-        _LARGEST[key] = largest_intermediate(lambda r: info.log_density(r, args, kwargs), zeros)
-    return _LARGEST[key]
+        _PROFILES[key] = row_profile(lambda r: info.log_density(r, args, kwargs), zeros)
+    return _PROFILES[key]
 
 
 def verdict_draws(info, args, kwargs, num_samples: int, batch: Optional[Batch] = None) -> int:
@@ -104,7 +105,7 @@ def verdict_draws(info, args, kwargs, num_samples: int, batch: Optional[Batch] =
     its Cholesky factor at every draw)."""
     work = info.size + info.layout.observed_size
     if batch is None:
-        work = max(work, _largest_array(info, args, kwargs))
+        work = max(work, density_profile(info, args, kwargs)[0])
     return diagnostic_samples(num_samples, info.size, 1 if batch is None else batch.budget_size, work)
 
 

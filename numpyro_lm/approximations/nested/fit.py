@@ -34,8 +34,8 @@ from ...posterior.marginals import finite_params, matched_params
 from ...runtime.programs import in_float64, options_for_repeats, program
 from ...runtime.progress import progress
 from ...runtime.random import host_generator
-from ..joint_fit import FitOptions, constrained, initial_point, log_densities, runs_loops
-from ..result import Result, verdict_draws
+from ..joint_fit import FitOptions, constrained, initial_point, log_densities
+from ..result import Result, density_profile, verdict_draws
 from .coordinates import Coordinates, nested_coordinates
 from .field import FIELD_DRAWS, border_joins_hyper, field_weights, find_field
 from .design import BATCH, NestedDesign, integrate
@@ -280,9 +280,9 @@ def design_draws(design: NestedDesign, layout, rng_key, num_samples: int) -> Mix
 
 def model_loops(info, args, kwargs) -> bool:
     """Whether the model's density runs a loop (:func:`~numpyro_lm.approximations.joint_fit.runs_loops`:
-    a Markov chain written with ``scan``)."""
-    zeros = jax.ShapeDtypeStruct((info.size,), jnp.result_type(float))
-    return runs_loops(lambda r: info.log_density(r, args, kwargs), zeros)
+    a Markov chain written with ``scan``), traced once per model and argument shapes
+    (:func:`~numpyro_lm.approximations.result.density_profile`)."""
+    return density_profile(info, args, kwargs)[1]
 
 
 class MarginalAtPoints:
