@@ -33,7 +33,7 @@ from ..mode.derivatives import Pieces
 from ..runtime.programs import is_traced
 
 __all__ = ["SiteSpec", "Layout", "SiteChoice", "trace_sites", "missing_data_sites", "site_transform", "basis_value",
-           "is_elementwise", "observed_site_names", "split_coordinates", "unravel", "ravel", "site_values", "site_runs"]
+           "is_elementwise", "JOINT_EVENT_MAX", "observed_site_names", "split_coordinates", "unravel", "ravel", "site_values", "site_runs"]
 
 
 class SiteSpec(NamedTuple):
@@ -82,11 +82,22 @@ class Layout(NamedTuple):
         raise IndexError(index)
 
 
+JOINT_EVENT_MAX = 2000
+"""Most coordinates of a real event vector (a ``GaussianRandomWalk``'s path, a
+``MultivariateNormal``'s value) whose matched family is its joint Gaussian. A longer one is
+matched coordinate by coordinate, ``Normal(loc, scale).to_event(1)``: its covariance is dense
+(``size^2`` numbers: 400 MB at 10^4 steps), where the fit's curvature over a Markov field is a
+band; its correlations live in the draws (``get_samples``)."""
+
+
 def is_elementwise(site: SiteSpec, family: MatchedFamily) -> bool:
     """Whether the site is matched one coordinate at a time (Gamma, Beta, Normal over a scalar
-    site), not per event vector (Dirichlet, MultivariateNormal)."""
+    site, or over a real event vector longer than :data:`JOINT_EVENT_MAX`), not per event vector
+    (Dirichlet, MultivariateNormal)."""
     if family.event_dim is not None:
         return family.event_dim == 0
+    if family.name == "normal" and site.size > JOINT_EVENT_MAX:
+        return True
     return site.basis_event_dim != 1
 
 

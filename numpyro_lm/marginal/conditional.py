@@ -21,7 +21,7 @@ from ..curvature import CholeskyCurvature, covariance
 from ..families import get_family
 from ..families.registry import basis_log_prob
 from ..mode.derivatives import hvp
-from ..mode.banded_hessian import BandedHessian, smallest_width
+from ..mode.banded_hessian import BandedHessian, column_reach, smallest_width
 from ..mode.hessian import (GLOBAL_MAX, ArrowheadHessian, DenseHessian, PlateStructure, diagonal_structure,
                            lowrank_hessian, plate_structure, structure_tol)
 from ..runtime.programs import program
@@ -103,16 +103,26 @@ def banded_inner_hessian(info, theta_index, start, args, kwargs) -> Optional[Ban
     def error(width):  # compiled once per model, width and shapes: a warm call compiles nothing
         return program(_band_error, info, key, width, glob)(point, args, kwargs)
 
-    width = smallest_width(error, x_index.size, len(glob), structure_tol(dtype))
+    start = program(_band_reach, info, key, glob)(point, args, kwargs)
+    width = smallest_width(error, x_index.size, len(glob), structure_tol(dtype), start=int(start))
     return None if width is None else BandedHessian(width, glob)
+
+
+def _conditional_neg(info, theta_index, theta, args, kwargs):
+    def neg(y):
+        return -info.log_density(site_values(info.layout, np.asarray(theta_index), theta, y), args, kwargs)
+
+    return neg
+
+
+def _band_reach(info, theta_index, glob, theta, x, args, kwargs):
+    """:func:`~numpyro_lm.mode.banded_hessian.column_reach` on the conditional density at ``(theta, x)``."""
+    return column_reach(_conditional_neg(info, theta_index, theta, args, kwargs), x, glob)
 
 
 def _band_error(info, theta_index, width, glob, theta, x, args, kwargs):
     """The probe of a band of ``width`` (and border ``glob``) on the conditional density at ``(theta, x)``."""
-    def neg(y):
-        return -info.log_density(site_values(info.layout, np.asarray(theta_index), theta, y), args, kwargs)
-
-    return BandedHessian(width, glob).evaluate(neg, x)[3]
+    return BandedHessian(width, glob).evaluate(_conditional_neg(info, theta_index, theta, args, kwargs), x)[3]
 
 
 def conditional_fit(neg_log_density: Callable, theta, x0, tol: float, max_iter: int, hessian=DenseHessian(),

@@ -35,10 +35,14 @@ from ..curvature.banded import BandedCurvature, band_blocks
 from ..curvature.banded_arrowhead import BandedArrowheadCurvature
 from .hessian import relative_error, structure_tol, value_grad_products
 
-__all__ = ["BandedHessian", "band_from_products", "band_matvec", "smallest_width", "find_half_width", "HALF_WIDTH_MAX"]
+__all__ = ["BandedHessian", "band_from_products", "band_matvec", "smallest_width", "column_reach", "find_half_width",
+           "HALF_WIDTH_MAX", "REACH_COLUMNS"]
 
-HALF_WIDTH_MAX = 16
-"""Widest half-bandwidth :func:`find_half_width` tries (``2w + 2`` products, ``w^3`` a block)."""
+HALF_WIDTH_MAX = 64
+"""Widest half-bandwidth :func:`find_half_width` tries (``2w + 2`` products, ``w^3`` a block): a
+field over a 50 x 50 grid, numbered row by row (a CAR prior's), has half-bandwidth 50."""
+REACH_COLUMNS = 9
+"""Unit vectors spread over the field whose Hessian columns :func:`column_reach` reads."""
 
 
 def band_from_products(products, half_width: int):
@@ -138,11 +142,32 @@ class BandedHessian(NamedTuple):
                 + jnp.sum(jnp.log(jnp.abs(jnp.diagonal(s, axis1=-2, axis2=-1))), axis=-1))
 
 
-def smallest_width(error: Callable, dim: int, border: int = 0, tol: float = 0.0, largest: int = HALF_WIDTH_MAX):
-    """The smallest half-bandwidth ``w`` in ``1, 2, 4, ..., largest`` with ``error(w) <= tol``
-    (``error``: the band's probe, :meth:`BandedHessian.evaluate`'s), or ``None`` where none holds
-    before ``2w + 2`` products and the ``border`` would cost what the dense Hessian's ``dim`` do."""
-    w = 1
+def column_reach(fn: Callable, x, glob: tuple = ()):
+    """The farthest row from its column of a nonzero entry of ``fn``'s Hessian at ``x``, over
+    :data:`REACH_COLUMNS` columns spread over the field (``glob``: the border, left out): a
+    guess of the half-bandwidth that :func:`smallest_width` starts from and checks. A grid's
+    field has the same reach in every column (its width), a chain's its order; the doubling
+    alone would check 1, 2, 4, ..., each width one compiled probe, and stop at up to twice
+    the band (a factor of eight in the band's factor)."""
+    dim = x.shape[-1]
+    field = np.setdiff1d(np.arange(dim), np.asarray(glob, int))
+    where = np.unique(np.linspace(0, field.size - 1, REACH_COLUMNS).round().astype(int))
+    probes = np.zeros((where.size, dim))
+    probes[np.arange(where.size), field[where]] = 1.0
+    columns = jnp.abs(value_grad_products(fn, x, jnp.asarray(probes, x.dtype), batched=True)[2][:, field])
+    # entries of structure, not rounding: the model's own zeros are exact under autodiff
+    nonzero = columns > jnp.finfo(x.dtype).eps * jnp.max(columns, axis=1, keepdims=True)
+    distance = np.abs(np.arange(field.size)[None, :] - where[:, None])
+    return jnp.max(jnp.where(nonzero, distance, 0))
+
+
+def smallest_width(error: Callable, dim: int, border: int = 0, tol: float = 0.0, largest: int = HALF_WIDTH_MAX,
+                   start: int = 1):
+    """The smallest half-bandwidth ``w`` in ``start, 2 start, 4 start, ..., largest`` with
+    ``error(w) <= tol`` (``error``: the band's probe, :meth:`BandedHessian.evaluate`'s), or
+    ``None`` where none holds before ``2w + 2`` products and the ``border`` would cost what the
+    dense Hessian's ``dim`` do. ``start``: :func:`column_reach`'s guess."""
+    w = max(int(start), 1)
     while w <= largest and 2 * w + 2 + border < dim:
         if float(error(w)) <= tol:
             return w
@@ -158,4 +183,5 @@ def find_half_width(fn: Callable, x, largest: int = HALF_WIDTH_MAX, glob: tuple 
     def error(w):
         return jax.jit(lambda y: BandedHessian(w, tuple(glob)).evaluate(fn, y)[3])(x)
 
-    return smallest_width(error, x.shape[-1], len(glob), structure_tol(x.dtype), largest)
+    start = int(jax.jit(lambda y: column_reach(fn, y, tuple(glob)))(x))
+    return smallest_width(error, x.shape[-1], len(glob), structure_tol(x.dtype), largest, start)

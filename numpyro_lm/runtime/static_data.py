@@ -33,9 +33,11 @@ is a ``ConcretizationTypeError``); :func:`needs_concrete` also reads JAX's plain
 
 
 def needs_concrete(error: BaseException) -> bool:
-    """Whether ``error`` says a traced value was used where a concrete one is needed."""
+    """Whether ``error`` says a traced value was used where a concrete one is needed (JAX's
+    errors, or a distribution's that asks for a NumPy array: ``CAR(..., is_sparse=True)``'s
+    adjacency matrix)."""
     return isinstance(error, CONCRETE_ERRORS) or (isinstance(error, (TypeError, IndexError, ValueError))
-                                                  and "Tracer" in str(error))
+                                                  and ("Tracer" in str(error) or "numpy array" in str(error)))
 
 
 class StaticArray(np.ndarray):

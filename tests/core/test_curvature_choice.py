@@ -57,10 +57,15 @@ def test_memory_guard_refuses_before_allocating():
     info = model_info(wide, (), {"y": jax.ShapeDtypeStruct((200_000,), np.float32)})
     with pytest.raises(DenseMemoryError):
         check_dense_memory(info.layout, 4, "test.")
-    # the low-rank update would still form w's covariance as one block (an event vector)
+    # the low-rank update would still form a Dirichlet's covariance as one block (an event vector;
+    # a real one this long is matched coordinate by coordinate: core.trace.JOINT_EVENT_MAX)
+    def simplex(y=None):
+        w = numpyro.sample("w", dist.Dirichlet(np.ones(200_001, np.float32)))
+        numpyro.sample("y", dist.Normal(w[1:], 1).to_event(1), obs=y)
+
     with pytest.raises(DenseMemoryError, match="site 'w' has 200000 coordinates in one event"):
-        LaplaceMatching(wide, curvature="lowrank", progress_bar=False).run(jax.random.PRNGKey(0),
-                                                                           y=np.zeros(200_000, np.float32))
+        LaplaceMatching(simplex, curvature="lowrank", progress_bar=False).run(jax.random.PRNGKey(0),
+                                                                              y=np.zeros(200_000, np.float32))
 
 
 def test_candidates_follow_the_models_structure():

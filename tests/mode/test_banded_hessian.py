@@ -52,12 +52,12 @@ def _field_density(order, n=60, seed=0, border=False):
 
 @pytest.mark.parametrize("order", [1, pytest.param(2, marks=pytest.mark.slow), pytest.param(3, marks=pytest.mark.slow)])
 def test_the_half_width_is_found_from_the_model_and_the_band_is_the_hessians(order):
-    """An AR(p) trend's Hessian is banded with half-width p: the search returns the smallest
-    power of two that holds (1, 2, 4), and the band read from 2w + 1 products is the dense
-    Hessian's."""
+    """An AR(p) trend's Hessian is banded with half-width p: the search starts from the reach of
+    a few of its columns, p, which holds (the doubling alone would stop at 4 for p = 3), and the
+    band read from 2w + 1 products is the dense Hessian's."""
     neg, x = _field_density(order)
     w = find_half_width(neg, x)
-    assert w == {1: 1, 2: 2, 3: 4}[order]
+    assert w == order
     _, _, (band, _, _), error = BandedHessian(w).evaluate(neg, x)
     assert float(error) < 1e-12
     h = np.asarray(value_grad_hessian(neg, x)[2])
@@ -66,6 +66,30 @@ def test_the_half_width_is_found_from_the_model_and_the_band_is_the_hessians(ord
     np.testing.assert_allclose(band_matvec(band, jnp.asarray(v)), h @ v, rtol=1e-10, atol=1e-10)
     if order > 1:  # a band too narrow fails its probe
         assert float(BandedHessian(order - 1).evaluate(neg, x)[3]) > 1e-3
+
+
+@pytest.mark.parametrize("width", [5, 12])
+def test_a_grid_fields_half_width_is_its_rows_length(width):
+    """A Gaussian Markov field over a width x 6 grid numbered row by row (a CAR prior's
+    precision: each node's four neighbours) under Poisson counts: the half-bandwidth is the
+    row's length, found from the columns' reach in one probe, past the doubling's 1, 2, 4, 8."""
+    k = np.arange(width * 6).reshape(6, width)
+    adj = np.zeros((k.size, k.size))
+    adj[k[:, :-1].ravel(), k[:, 1:].ravel()] = adj[k[:-1].ravel(), k[1:].ravel()] = 1.0
+    adj = adj + adj.T
+    precision = jnp.asarray(np.diag(adj.sum(1)) - 0.9 * adj)
+    y = jnp.asarray(np.random.default_rng(0).poisson(2.0, k.size), jnp.float64)
+
+    def neg(x):
+        return 0.5 * x @ precision @ x - jnp.sum(y * x - jnp.exp(x))
+
+    x = jnp.zeros(k.size)
+    assert find_half_width(neg, x) == width
+    h = np.asarray(value_grad_hessian(neg, x)[2])
+    _, _, (band, _, _), error = BandedHessian(width).evaluate(neg, x)
+    assert float(error) < 1e-12
+    v = np.random.default_rng(1).normal(size=k.size)
+    np.testing.assert_allclose(band_matvec(band, jnp.asarray(v)), h @ v, rtol=1e-10, atol=1e-10)
 
 
 def test_a_hessian_that_is_not_banded_is_refused():

@@ -111,3 +111,36 @@ def test_moments_without_a_closed_form_are_refused_by_name(site):
     draws = d.sample(jax.random.PRNGKey(1), (4,))
     assert draws.shape == (4, 3) and bool(jnp.all(jnp.isfinite(d.log_prob(draws))))
     assert "TransformedDistribution(" in describe(d)
+
+
+@pytest.mark.parametrize("longest", [100, 10])
+def test_a_long_real_event_is_matched_per_coordinate(monkeypatch, longest):
+    """A random walk's path (one event of 40 steps) under Gaussian noise: its posterior is
+    Gaussian with precision P = (walk's) + I / 0.5^2, in closed form. Up to JOINT_EVENT_MAX
+    coordinates the matched family is that joint Gaussian; beyond, Normal(mean, sqrt(diag P^-1))
+    per coordinate, as an event of the same shape (core.trace.JOINT_EVENT_MAX)."""
+    import numpyro_lm.core.trace as trace
+
+    monkeypatch.setattr(trace, "JOINT_EVENT_MAX", longest)
+
+    def walk(y=None):  # a new model per case: the library's programs are cached per model
+        f = numpyro.sample("f", dist.GaussianRandomWalk(0.3, num_steps=y.shape[0]))
+        numpyro.sample("y", dist.Normal(f, 0.5), obs=y)
+
+    y = np.sin(np.linspace(0, 3, 40)).astype(np.float32)
+    # the walk's precision: increments f_0, f_1 - f_0, ... independent N(0, 0.3^2)
+    diff = np.eye(40) - np.eye(40, k=-1)
+    precision = diff.T @ diff / 0.3**2 + np.eye(40) / 0.5**2
+    cov = np.linalg.inv(precision)
+    mean = cov @ (y / 0.5**2)
+    lm = LaplaceMatching(walk, strategy="laplace", progress_bar=False).run(jax.random.PRNGKey(0), y=y)
+    d = lm.posterior["f"]
+    assert d.event_shape == (40,) and d.batch_shape == ()
+    # float32: the mode and curvature to a few ulps of values of order 1 and 30
+    np.testing.assert_allclose(d.mean, mean, atol=1e-4)
+    np.testing.assert_allclose(d.variance, np.diag(cov), rtol=1e-4)
+    if longest == 100:
+        assert isinstance(d, dist.MultivariateNormal)
+        np.testing.assert_allclose(d.covariance_matrix, cov, atol=1e-5)
+    else:
+        assert isinstance(d, dist.Independent) and isinstance(d.base_dist, dist.Normal)

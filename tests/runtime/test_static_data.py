@@ -113,3 +113,20 @@ def test_run_many_refuses_a_model_that_needs_its_data_concretely():
     groups, ys = np.stack([group, group]), np.stack([y, y + 1.0])
     with pytest.raises(ValueError, match="run_many traces every data argument.*call run\\(\\) per data set"):
         LaplaceMatching(grouped, progress_bar=False).run_many(jax.random.PRNGKey(0), groups, y=ys)
+
+
+def test_a_sparse_car_priors_adjacency_stays_static():
+    """numpyro's CAR(..., is_sparse=True) asks for its adjacency as a NumPy array (a ValueError
+    without the word Tracer): the argument is kept static (it raised before), and the counts refit."""
+    adj = np.eye(6, k=1) + np.eye(6, k=-1)
+
+    def car(adj, y=None):
+        phi = numpyro.sample("phi", dist.CAR(0.0, 0.5, 2.0, adj, is_sparse=True))
+        numpyro.sample("y", dist.Poisson(jnp.exp(phi)), obs=y)
+
+    y = np.array([1.0, 0.0, 2.0, 3.0, 1.0, 0.0], np.float32)
+    lm = LaplaceMatching(car, strategy="laplace", progress_bar=False)
+    lm.run(jax.random.PRNGKey(0), adj, y=y)
+    assert np.all(np.isfinite(np.asarray(lm.posterior["phi"].mean)))
+    lm.run(jax.random.PRNGKey(1), adj, y=y[::-1].copy())  # new counts, the same adjacency
+    assert np.all(np.isfinite(np.asarray(lm.posterior["phi"].mean)))
