@@ -95,7 +95,9 @@ class BandedHessian(NamedTuple):
         probes[np.arange(field.size) % colours, field] = 1.0
         probes[colours + np.arange(glob.size), glob] = 1.0
         probes[-1] = np.random.default_rng(0).choice([-1.0, 1.0], dim)
-        return jnp.asarray(probes, dtype)
+        # behind a barrier: XLA otherwise folds the products of these constants through a model's
+        # own constants (a CAR prior's static adjacency: seconds per compile at 2500 regions)
+        return jax.lax.optimization_barrier(jnp.asarray(probes, dtype))
 
     def evaluate(self, fn, x, previous=None):
         dim, colours = x.shape[-1], 2 * self.half_width + 1
@@ -154,7 +156,8 @@ def column_reach(fn: Callable, x, glob: tuple = ()):
     where = np.unique(np.linspace(0, field.size - 1, REACH_COLUMNS).round().astype(int))
     probes = np.zeros((where.size, dim))
     probes[np.arange(where.size), field[where]] = 1.0
-    columns = jnp.abs(value_grad_products(fn, x, jnp.asarray(probes, x.dtype), batched=True)[2][:, field])
+    probes = jax.lax.optimization_barrier(jnp.asarray(probes, x.dtype))  # as BandedHessian's
+    columns = jnp.abs(value_grad_products(fn, x, probes, batched=True)[2][:, field])
     # entries of structure, not rounding: the model's own zeros are exact under autodiff
     nonzero = columns > jnp.finfo(x.dtype).eps * jnp.max(columns, axis=1, keepdims=True)
     distance = np.abs(np.arange(field.size)[None, :] - where[:, None])

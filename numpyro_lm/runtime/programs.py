@@ -277,6 +277,8 @@ def in_float64(run: Callable, arrays, args=(), kwargs=None):
             # f64[400] but got f32[400]" for data an earlier elliptical slice run had converted)
             if _is_floating(a):
                 return _widened(a) if data else np.array(jax.device_get(a), np.float64)  # np.array copies
+            if isinstance(a, StaticArray):
+                return a.fresh()
             return a.copy() if isinstance(a, np.ndarray) else a
 
         # the model's data kept widened (_widened); the fits' own values new each call

@@ -513,3 +513,29 @@ def test_a_second_structured_nested_fit_compiles_nothing():
     finally:
         jax.monitoring.unregister_event_duration_listener(listener)
     assert compiles == [], f"{len(compiles)} programs compiled on warm calls"
+
+
+@pytest.mark.parametrize("coarse, twist, kind", [(True, 0.0, "ccd"), (True, 0.3, "lattice"), (False, 0.0, "lattice")])
+def test_a_large_models_three_hyperparameters_take_the_ccd_where_gaussian_enough(coarse, twist, kind):
+    """Three hyperparameter coordinates of a large model (coarse): the central composite
+    design's 15 inner fits where the log marginal is Gaussian at its factorial points to within
+    CCD_RESIDUAL_MAX nats; a marginal twisted by 0.3 t1 t2 t3 (0.44 nats there) takes the
+    lattice, as a small model always does."""
+    from numpyro_lm.approximations.nested.design import CCD_RESIDUAL_MAX, integrate
+    from numpyro_lm.approximations.nested.search import ModeSearch
+    from numpyro_lm.marginal.conditional import PointFits
+
+    def marginal(theta, x0, *_):
+        theta = np.asarray(theta)
+        logp = -0.5 * np.sum(theta**2, 1) + twist * np.prod(theta, 1)
+        k = len(theta)
+        return PointFits(logp, np.zeros((k, 1)), None, np.ones((k, 1)), np.ones((k, 1), bool), {},
+                         np.zeros((k, 1)), np.ones((k, 1)))
+
+    search = ModeSearch(np.zeros(3), np.eye(3), np.zeros(1), 0.0, 0.0, 0.0, 1, 1)
+    design = integrate(marginal, search, np.arange(3), np.arange(3, 4), np.ones(1, bool), coarse=coarse)
+    assert design.kind == kind
+    assert 0.3 * 1.1**3 > CCD_RESIDUAL_MAX  # the twist at a factorial point, beyond the limit
+    if kind == "ccd":
+        assert len(design.z) == 15
+        np.testing.assert_allclose(design.sigma, 1.0, rtol=1e-6)  # the split-normal of a Gaussian

@@ -9,10 +9,11 @@ inner fits are banded and corrected to second order
 (:mod:`numpyro_lm.marginal.field_correction`), the verdict integrates the field out instead:
 
 - **the hyperparameters' weights**: at each of :data:`FIELD_DRAWS` draws of the design's
-  mixture, the inner fit at the draw's hyperparameters (from its design point's mode) gives the
-  corrected Laplace value :math:`\log \hat p(y, \theta)`, against the mixture's density of
-  :math:`\theta` alone. Their k-hat and the hyperparameters' shifts are judged as the blocks'
-  collapsed weights are (few coordinates: :data:`~numpyro_lm.checks.verdict.NEAR_UNIFORM_ESS`);
+  mixture, the inner fit at the draw's hyperparameters (from its design point's mode moved
+  along its slope) gives the corrected Laplace value :math:`\log \hat p(y, \theta)`, against
+  the mixture's density of :math:`\theta` alone. Their k-hat and the hyperparameters' shifts
+  are judged as the blocks' collapsed weights are (few coordinates:
+  :data:`~numpyro_lm.checks.verdict.NEAR_UNIFORM_ESS`);
 - **the field's sites**: each coordinate's conditional at the design's heaviest point is a
   Gaussian whose skewness to leading order is :math:`\gamma_i`
   (:func:`~numpyro_lm.marginal.field_correction.field_skewness`; its mean is moved already:
@@ -106,10 +107,13 @@ def find_field(info, hessian, design, x_index, gaussian_cols, marginal, args, kw
 def field_weights(field: Field, design, made, flat):
     """``(log p, log q)`` of the draws ``flat`` (``made`` their mixture's record) over the
     hyperparameters with the field integrated out: the corrected Laplace value of an inner fit at
-    each draw's hyperparameters, from its design point's mode, against the mixture's density of
-    the hyperparameters alone."""
+    each draw's hyperparameters, from its design point's mode moved along its slope, against the
+    mixture's density of the hyperparameters alone."""
     theta = np.asarray(flat, np.float64)[:, field.theta_index]
-    fits = field.marginal(theta, np.asarray(design.x_mode)[made.point])
+    # each inner fit starts from its point's mode moved along the point's slope: a Newton step
+    # or two fewer than from the point's mode itself
+    start = design.x_mode[made.point] + np.einsum("nia,na->ni", design.x_slope[made.point], made.offset)
+    fits = field.marginal(theta, start)
     return np.asarray(fits.log_density, np.float64), np.asarray(made.log_q_hyper, np.float64)
 
 
