@@ -515,19 +515,22 @@ def test_a_second_structured_nested_fit_compiles_nothing():
     assert compiles == [], f"{len(compiles)} programs compiled on warm calls"
 
 
-@pytest.mark.parametrize("coarse, twist, kind", [(True, 0.0, "ccd"), (True, 0.3, "lattice"), (False, 0.0, "lattice")])
-def test_a_large_models_three_hyperparameters_take_the_ccd_where_gaussian_enough(coarse, twist, kind):
+@pytest.mark.parametrize("coarse, twist, tilt, kind", [(True, 0.0, 0.0, "ccd"), (True, 0.3, 0.0, "lattice"),
+                                                       (False, 0.0, 0.0, "lattice"), (True, 0.0, 0.6, "ccd")])
+def test_a_large_models_three_hyperparameters_take_the_ccd_where_gaussian_enough(coarse, twist, tilt, kind):
     """Three hyperparameter coordinates of a large model (coarse): the central composite
     design's 15 inner fits where the log marginal is Gaussian at its factorial points to within
     CCD_RESIDUAL_MAX nats; a marginal twisted by 0.3 t1 t2 t3 (0.44 nats there) takes the
-    lattice, as a small model always does."""
+    lattice, as a small model always does. A Gaussian marginal whose correlation (``tilt``)
+    the mode search's curvature missed gets a second design around the quadratic through the
+    first one's points, and keeps it."""
     from numpyro_lm.approximations.nested.design import CCD_RESIDUAL_MAX, integrate
     from numpyro_lm.approximations.nested.search import ModeSearch
     from numpyro_lm.marginal.conditional import PointFits
 
     def marginal(theta, x0, *_):
         theta = np.asarray(theta)
-        logp = -0.5 * np.sum(theta**2, 1) + twist * np.prod(theta, 1)
+        logp = -0.5 * np.sum(theta**2, 1) + twist * np.prod(theta, 1) + tilt * theta[:, 0] * theta[:, 1]
         k = len(theta)
         return PointFits(logp, np.zeros((k, 1)), None, np.ones((k, 1)), np.ones((k, 1), bool), {},
                          np.zeros((k, 1)), np.ones((k, 1)))
@@ -539,3 +542,6 @@ def test_a_large_models_three_hyperparameters_take_the_ccd_where_gaussian_enough
     if kind == "ccd":
         assert len(design.z) == 15
         np.testing.assert_allclose(design.sigma, 1.0, rtol=1e-6)  # the split-normal of a Gaussian
+        covariance = design.scale @ design.scale.T  # the marginal's own: the inverse of its precision
+        np.testing.assert_allclose(covariance, np.linalg.inv(np.eye(3) - tilt * (np.eye(3, k=1) + np.eye(3, k=-1))
+                                                             * np.outer([1, 1, 0], [1, 1, 0])), rtol=1e-6, atol=1e-9)

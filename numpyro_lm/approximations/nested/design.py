@@ -285,7 +285,29 @@ def _ccd_fits(marginal: Callable, mode, scale, x_mode):
     finite = np.isfinite(logp)
     slope = _least_squares_slope(z[finite], np.asarray(fits.x + fits.shift, np.float64)[finite])
     slopes = np.broadcast_to(slope, (len(z),) + slope.shape)
-    return z, fits, sigma, logp + log_volume, slopes, float(np.max(miss, initial=0.0))
+    return z, fits, sigma, logp + log_volume, slopes, float(np.max(miss, initial=0.0)), logp
+
+
+def _quadratic_recentre(z, logp, mode, scale):
+    """``(mode, scale)`` from the full quadratic through a central composite design's log
+    densities (``1 + d + d(d+1)/2`` coefficients from ``1 + 2d + 2^d`` points): the mode search's
+    curvature, from central differences at one step, can miss the marginal's width (at 10^5
+    AR(1) steps one axis fell 0.3 nats where a Gaussian falls 1.8); ``None`` where the quadratic
+    has no maximum or a point failed."""
+    if not np.all(np.isfinite(logp)):
+        return None
+    d = z.shape[1]
+    pairs = [(i, j) for i in range(d) for j in range(i, d)]
+    features = np.concatenate([np.ones((len(z), 1)), z, np.stack([z[:, i] * z[:, j] for i, j in pairs], 1)], 1)
+    coef = np.linalg.lstsq(features, logp, rcond=None)[0]
+    hess = np.zeros((d, d))
+    for (i, j), c in zip(pairs, coef[1 + d:]):
+        hess[i, j] = hess[j, i] = 2 * c if i == j else c
+    eigval, eigvec = np.linalg.eigh(-hess)
+    if not np.all(eigval > 0):
+        return None
+    centre = np.linalg.solve(-hess, coef[1:1 + d])
+    return mode + scale @ centre, scale @ (eigvec / np.sqrt(eigval))
 
 
 def integrate(marginal: Callable, search: ModeSearch, theta_index, x_index, slope_cols, coarse: bool = False,
@@ -295,8 +317,9 @@ def integrate(marginal: Callable, search: ModeSearch, theta_index, x_index, slop
 
     A lattice up to three coordinates, a central composite design beyond. For a large model
     (``coarse``) with three, each point an expensive inner fit, the central composite design
-    first: kept where the marginal is Gaussian enough (:data:`CCD_RESIDUAL_MAX`), else the
-    lattice's hundreds of points.
+    first: kept where the marginal is Gaussian enough (:data:`CCD_RESIDUAL_MAX`), else once more
+    around the mode and curvature of the quadratic through its points
+    (:func:`_quadratic_recentre`), else the lattice's hundreds of points.
 
     ``slope_cols (Dx,)``: the coordinates whose conditional mean follows ``theta`` linearly
     between design points (those drawn from their conditional Gaussians).
@@ -307,11 +330,16 @@ def integrate(marginal: Callable, search: ModeSearch, theta_index, x_index, slop
     scale = eigvec / np.sqrt(eigval)
     kind, step, evaluations = "ccd", 0.0, 0
     if d not in LATTICE or (coarse and d == 3):
-        z, fits, sigma, log_w, slopes, miss = _ccd_fits(marginal, mode, scale, x_mode)
+        z, fits, sigma, log_w, slopes, miss, logp = _ccd_fits(marginal, mode, scale, x_mode)
+        recentred = _quadratic_recentre(z, logp, mode, scale) if d in LATTICE and not miss <= CCD_RESIDUAL_MAX else None
+        if recentred is not None:  # once more around the quadratic's own mode and curvature
+            evaluations += len(z)
+            mode, scale = recentred
+            z, fits, sigma, log_w, slopes, miss, _ = _ccd_fits(marginal, mode, scale, x_mode)
         edge = np.zeros(len(z), bool)
         g = c = np.zeros_like(z)
         if d in LATTICE and not miss <= CCD_RESIDUAL_MAX:
-            kind, evaluations = "lattice", len(z)
+            kind, evaluations = "lattice", evaluations + len(z)
     else:
         kind = "lattice"
     if kind == "lattice":
