@@ -517,15 +517,19 @@ def test_a_second_structured_nested_fit_compiles_nothing():
 
 @pytest.mark.parametrize("coarse, twist, tilt, kind", [(True, 0.0, 0.0, "ccd"), (True, 0.3, 0.0, "lattice"),
                                                        (False, 0.0, 0.0, "lattice"), (True, 0.0, 0.6, "ccd")])
-def test_a_large_models_three_hyperparameters_take_the_ccd_where_gaussian_enough(coarse, twist, tilt, kind):
-    """Three hyperparameter coordinates of a large model (coarse): the central composite
-    design's 15 inner fits where the log marginal is Gaussian at its factorial points to within
+def test_a_large_models_three_hyperparameters_take_the_ccd_where_gaussian_enough(coarse, twist, tilt, kind,
+                                                                                  monkeypatch):
+    """Three hyperparameter coordinates of a large model (coarse) over a long field: the central
+    composite design's 15 inner fits where the log marginal is Gaussian at its factorial points to within
     CCD_RESIDUAL_MAX nats; a marginal twisted by 0.3 t1 t2 t3 (0.44 nats there) takes the
     lattice, as a small model always does. A Gaussian marginal whose correlation (``tilt``)
     the mode search's curvature missed gets a second design around the quadratic through the
     first one's points, and keeps it."""
+    import numpyro_lm.approximations.nested.design as design_module
     from numpyro_lm.approximations.nested.design import CCD_RESIDUAL_MAX, integrate
     from numpyro_lm.approximations.nested.search import ModeSearch
+
+    monkeypatch.setattr(design_module, "CCD_FIRST_MIN", 1)  # the one conditional coordinate is a long field
     from numpyro_lm.marginal.conditional import PointFits
 
     def marginal(theta, x0, *_):
