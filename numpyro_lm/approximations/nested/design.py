@@ -282,10 +282,10 @@ design first. Below, the lattice: over an AR(1) trend of 2000 and 10^4 steps the
 
 
 def _ccd_fits(marginal: Callable, mode, scale, x_mode):
-    """The central composite design's points, their inner fits, split-normal scales, log weights
-    and slopes, and the largest miss of the split-normal at its factorial points (nats)."""
+    """The central composite design's points, their inner fits, split-normal scales, log
+    densities and slopes, and the largest miss of the split normal at its factorial points (nats)."""
     d = mode.size
-    z, log_volume = ccd_points(d)
+    z, _ = ccd_points(d)
     fits = marginal(mode + z @ scale.T, np.broadcast_to(np.asarray(x_mode), (len(z),) + np.shape(x_mode)), True)
     logp = np.asarray(fits.log_density, np.float64)
     sigma = _split_normal_scales(z, logp)
@@ -294,7 +294,7 @@ def _ccd_fits(marginal: Callable, mode, scale, x_mode):
     finite = np.isfinite(logp)
     slope = _least_squares_slope(z[finite], np.asarray(fits.x + fits.shift, np.float64)[finite])
     slopes = np.broadcast_to(slope, (len(z),) + slope.shape)
-    return z, fits, sigma, logp + log_volume, slopes, float(np.max(miss, initial=0.0)), logp
+    return z, fits, sigma, logp, slopes, float(np.max(miss, initial=0.0))
 
 
 def _quadratic_recentre(z, logp, mode, scale):
@@ -326,9 +326,9 @@ def integrate(marginal: Callable, search: ModeSearch, theta_index, x_index, slop
 
     A lattice up to three coordinates, a central composite design beyond. For a large model
     (``coarse``) with three and a long field (:data:`CCD_FIRST_MIN`), each point an expensive
-    inner fit, the central composite design first: kept where the marginal is Gaussian enough (:data:`CCD_RESIDUAL_MAX`), else once more
-    around the mode and curvature of the quadratic through its points
-    (:func:`_quadratic_recentre`), else the lattice's hundreds of points.
+    inner fit, the central composite design first: kept where the marginal is Gaussian enough
+    (:data:`CCD_RESIDUAL_MAX`), else once more around the mode and curvature of the quadratic
+    through its points (:func:`_quadratic_recentre`), else the lattice's hundreds of points.
 
     ``slope_cols (Dx,)``: the coordinates whose conditional mean follows ``theta`` linearly
     between design points (those drawn from their conditional Gaussians).
@@ -337,22 +337,21 @@ def integrate(marginal: Callable, search: ModeSearch, theta_index, x_index, slop
     d = mode.size
     eigval, eigvec = np.linalg.eigh(search.precision)
     scale = eigvec / np.sqrt(eigval)
-    kind, step, evaluations = "ccd", 0.0, 0
-    if d not in LATTICE or (coarse and d == 3 and len(x_index) >= CCD_FIRST_MIN):
-        z, fits, sigma, log_w, slopes, miss, logp = _ccd_fits(marginal, mode, scale, x_mode)
+    ccd, evaluations = d not in LATTICE or (coarse and d == 3 and len(x_index) >= CCD_FIRST_MIN), 0
+    if ccd:
+        z, fits, sigma, logp, slopes, miss = _ccd_fits(marginal, mode, scale, x_mode)
         recentred = _quadratic_recentre(z, logp, mode, scale) if d in LATTICE and not miss <= CCD_RESIDUAL_MAX else None
-        if recentred is not None:  # once more around the quadratic's own mode and curvature
-            evaluations += len(z)
-            mode, scale = recentred
-            z, fits, sigma, log_w, slopes, miss, _ = _ccd_fits(marginal, mode, scale, x_mode)
+        if recentred is not None:
+            evaluations, (mode, scale) = len(z), recentred
+            z, fits, sigma, logp, slopes, miss = _ccd_fits(marginal, mode, scale, x_mode)
+        ccd = d not in LATTICE or miss <= CCD_RESIDUAL_MAX
+        evaluations += 0 if ccd else len(z)
+    if ccd:
+        kind, step, log_w = "ccd", 0.0, logp + ccd_points(d)[1]
         edge = np.zeros(len(z), bool)
         g = c = np.zeros_like(z)
-        if d in LATTICE and not miss <= CCD_RESIDUAL_MAX:
-            kind, evaluations = "lattice", evaluations + len(z)
     else:
-        kind = "lattice"
-    if kind == "lattice":
-        sigma = np.ones((d, 2))
+        kind, sigma = "lattice", np.ones((d, 2))
         step, z, fits, edge, slopes, (g, c) = lattice(marginal, mode, scale, x_mode, coarse, batch)
         # the cell's mass: log p~ at the point times the integral of its local quadratic
         log_w = np.asarray(fits.log_density, np.float64) + np.sum(cell_moments(g, c, step)[0] - np.log(step), 1)
