@@ -113,7 +113,7 @@ def test_moments_without_a_closed_form_are_refused_by_name(site):
     assert "TransformedDistribution(" in describe(d)
 
 
-@pytest.mark.parametrize("longest", [100, 10])
+@pytest.mark.parametrize("longest", [pytest.param(100, marks=pytest.mark.slow), 10])  # slow: CI=true
 def test_a_long_real_event_is_matched_per_coordinate(monkeypatch, longest):
     """A random walk's path (one event of 40 steps) under Gaussian noise: its posterior is
     Gaussian with precision P = (walk's) + I / 0.5^2, in closed form. Up to JOINT_EVENT_MAX
