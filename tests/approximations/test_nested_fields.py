@@ -137,3 +137,28 @@ def test_a_short_binary_random_walks_verdict_integrates_the_field_out():
     for site, value in RW_TRUTH.items():
         draws = np.asarray(samples[site])
         assert abs(draws.mean() - value) < 3 * draws.std(), site
+
+
+@pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
+def test_a_band_that_holds_only_at_the_start_gives_way_to_the_dense_hessian():
+    """An AR(1) field written as a MultivariateNormal with a precision matrix is fitted whitened
+    (f = L z): its Hessian is banded where rho = 0 (the start) and dense elsewhere. The band's
+    check fails in the inner fits, and the nested fit is the dense one (it raised a
+    StructureError naming a plate '?' before)."""
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+
+    def ar1_mvn(y):
+        n = y.shape[0]
+        mu = numpyro.sample("mu", dist.Normal(0.0, 2.0))
+        rho = numpyro.sample("rho", dist.Uniform(-1.0, 1.0))
+        sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
+        d = jnp.eye(n) - rho * jnp.eye(n, k=-1)
+        f = numpyro.sample("f", dist.MultivariateNormal(jnp.zeros(n), precision_matrix=d.T @ d / sigma**2))
+        numpyro.sample("y", dist.Poisson(jnp.exp(mu + f)), obs=y)
+
+    lm = LaplaceMatching(ar1_mvn, hyper=["mu", "rho", "sigma"], progress_bar=False)
+    lm.run(jax.random.PRNGKey(0), ar1_data(70))
+    assert lm.diagnostics()["nested_design_points"] > 0
+    assert np.all(np.isfinite(np.asarray(lm.get_samples()["rho"])))

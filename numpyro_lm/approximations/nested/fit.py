@@ -330,19 +330,32 @@ class MarginalAtPoints:
 def run_nested(info, options: FitOptions, hyper, rng_key, args, kwargs, init_params=None, *, num_samples: int,
                compiler_options, progress_bar: bool = True) -> NestedResult:
     """The nested Laplace fit over the ``hyper`` sites (module docstring), checked."""
-    layout, dtype = info.layout, jnp.result_type(float)
+    layout = info.layout
     split = nested_coordinates(layout, hyper_sites(layout, hyper, info.parents))
     hyper_key = tuple(int(i) for i in split.theta_index)
-    curvature = options.curvature
-    hessian = conditional_hessian(layout, hyper_key, curvature, options.plate)
+    hessian = conditional_hessian(layout, hyper_key, options.curvature, options.plate)
+    common = dict(num_samples=num_samples, compiler_options=compiler_options, progress_bar=progress_bar)
     # no plate's structure (dense, or the low-rank update the joint fit tries above ARROWHEAD_MIN_DIM
     # coordinates, whose rank grows with the observations): a Markov field's band?
     if isinstance(hessian, (DenseHessian, LowRankHessian)) and options.field_band:
         banded = banded_inner_hessian(info, hyper_key, origin_point(layout), args, kwargs)
-        if banded is not None and banded.glob:
-            split, banded = border_joins_hyper(info, split, banded, args, kwargs)
-            hyper_key = tuple(int(i) for i in split.theta_index)
-        curvature, hessian = (banded, banded) if banded is not None else (curvature, hessian)
+        if banded is not None:
+            banded_split, banded = border_joins_hyper(info, split, banded, args, kwargs) if banded.glob else (split, banded)
+            try:
+                return _nested_fit(info, options, banded_split, banded, banded, rng_key, args, kwargs, init_params, **common)
+            except StructureError:
+                # the band held at the start but not at other hyperparameters (a field whitened
+                # by its prior's Cholesky factor, banded where rho = 0 alone): the dense Hessian
+                pass
+    return _nested_fit(info, options, split, options.curvature, hessian, rng_key, args, kwargs, init_params, **common)
+
+
+def _nested_fit(info, options: FitOptions, split: Coordinates, curvature, hessian, rng_key, args, kwargs, init_params,
+                *, num_samples: int, compiler_options, progress_bar: bool) -> NestedResult:
+    """:func:`run_nested` over the coordinates ``split`` with the inner fits' ``curvature`` and
+    ``hessian`` strategy."""
+    layout, dtype = info.layout, jnp.result_type(float)
+    hyper_key = tuple(int(i) for i in split.theta_index)
     structured = not isinstance(hessian, DenseHessian)
     if not structured and options.curvature != "dense":
         check_dense_memory(layout, np.dtype(dtype).itemsize, "the nested fit's hyperparameters lie in the plate.")
