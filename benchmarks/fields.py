@@ -163,7 +163,8 @@ def assess(name: str, size: int) -> dict:
     repeats = WARM_REPEATS if smallest else 1  # a long field's call takes up to a minute
     warm = float(np.median([_lm(lm, args, k)[0] for k in range(1, repeats + 1)]))
     out = {"model": name, "size": size, "latent": latent(size), "lm_cold": cold, "lm_warm": warm,
-           "trusted": bool(diagnostics["trusted"]), "memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+           "trusted": bool(diagnostics["trusted"]),
+           "memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
            "trail": " -> ".join(f"{t['candidate']} {'ok' if t['trusted'] else 'x'}" for t in diagnostics["trail"]),
            "lm": {k: (float(np.mean(samples[k])), float(np.std(samples[k]))) for k in truth}}
     out["truth_inside"] = all(abs(out["lm"][k][0] - v) <= 3 * out["lm"][k][1] for k, v in truth.items())

@@ -33,7 +33,8 @@ from ..mode.derivatives import Pieces
 from ..runtime.programs import is_traced
 
 __all__ = ["SiteSpec", "Layout", "SiteChoice", "trace_sites", "missing_data_sites", "site_transform", "basis_value",
-           "is_elementwise", "JOINT_EVENT_MAX", "observed_site_names", "split_coordinates", "unravel", "ravel", "site_values", "site_runs"]
+           "is_elementwise", "JOINT_EVENT_MAX", "observed_site_names", "split_coordinates", "unravel", "ravel",
+           "site_values", "site_runs"]
 
 
 class SiteSpec(NamedTuple):

@@ -340,9 +340,10 @@ def run_nested(info, options: FitOptions, hyper, rng_key, args, kwargs, init_par
     if isinstance(hessian, (DenseHessian, LowRankHessian)) and options.field_band:
         banded = banded_inner_hessian(info, hyper_key, origin_point(layout), args, kwargs)
         if banded is not None:
-            banded_split, banded = border_joins_hyper(info, split, banded, args, kwargs) if banded.glob else (split, banded)
+            joined, banded = border_joins_hyper(info, split, banded, args, kwargs) if banded.glob else (split, banded)
             try:
-                return _nested_fit(info, options, banded_split, banded, banded, rng_key, args, kwargs, init_params, **common)
+                return _nested_fit(info, options, joined, banded, banded, rng_key, args, kwargs, init_params,
+                                   **common)
             except StructureError:
                 # the band held at the start but not at other hyperparameters (a field whitened
                 # by its prior's Cholesky factor, banded where rho = 0 alone): the dense Hessian
