@@ -46,6 +46,7 @@ class PointFits(NamedTuple):
     var: np.ndarray = None  # (K, Dx) conditional variances
     curvature: object = None  # the K structured curvatures (numpyro_lm.mode.hessian), None for dense ones
     structure_error: np.ndarray = None  # (K,) the structured Hessian's check (numpyro_lm.mode.hessian)
+    gain: np.ndarray = None  # (K,) what the globals' shift added to log_density (structured_mean_shift)
 
 
 def conditional_hessian(layout, theta_index: tuple, curvature: str, plate=None):

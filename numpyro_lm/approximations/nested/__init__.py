@@ -11,7 +11,7 @@ into a few hyperparameters :math:`\theta` and the rest :math:`x`. For fixed
 with :math:`x^*(\theta)` the conditional mode (inner Newton, warm-started) and
 :math:`H(\theta)` the negative Hessian in :math:`x` there, is the Laplace approximation of
 the hyperparameters' marginal posterior. We find its mode :math:`\theta^*` and curvature
-(Newton with central differences on a stencil of 0.2 posterior SDs, evaluated in one
+(Newton with central differences on a stencil of 0.5 posterior SDs, evaluated in one
 vectorised call), standardise :math:`\theta = \theta^* + V\Lambda^{-1/2} z`, and integrate:
 
 * **up to three coordinates, a lattice** in ``z`` (step 0.5 in 1-D, 0.75 in 2-D, 1 in
@@ -58,7 +58,8 @@ it on a lattice), replaced by the draws' moments for sites drawn through per-poi
 matched families.
 """
 
-from .design import CCD_F0, LATTICE, NestedDesign, ccd_points, cell_draws, cell_moments, integrate, lattice
+from .design import CCD_F0, NestedDesign, ccd_points, integrate
+from .lattice import LATTICE, cell_draws, cell_moments, lattice
 from .fit import Coordinates, MarginalAtPoints, NestedResult, nested_coordinates, run_nested
 from .mixture import draw, mixture_moments
 from .search import ModeSearch, NonFiniteStart, explore

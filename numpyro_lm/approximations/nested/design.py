@@ -13,21 +13,12 @@ import jax
 import numpy as np
 
 from ...core.structure import MAX_CCD_DIM
+from .lattice import BATCH, LATTICE, cell_moments, lattice
 from .search import ModeSearch
 
-__all__ = ["LATTICE", "MAX_HALF", "CCD_F0", "BATCH", "CELL_BOUND", "NestedDesign", "lattice",
-           "cell_moments", "cell_draws", "ccd_points", "CCD_RESIDUAL_MAX", "CCD_FIRST_MIN",
-           "integrate"]
+__all__ = ["CCD_F0", "NestedDesign", "ccd_points", "CCD_RESIDUAL_MAX", "CCD_FIRST_MIN", "integrate"]
 
-# (step, log-density drop) of the lattice in standardised units, by dimension
-LATTICE = {1: (0.5, 8.0), 2: (0.75, 9.0), 3: (1.0, 10.5)}
-# ... for large models, where each point is an expensive inner fit (marginal.coarse): the
-# cells' local quadratics integrate a near-Gaussian marginal as well at twice the step
-LATTICE_COARSE = {1: (1.0, 8.0), 2: (1.0, 9.0), 3: (1.25, 10.5)}
-MAX_HALF = 10.0  # the lattice's extent, standardised units from the mode
 CCD_F0 = 1.1
-BATCH = 8  # inner fits per compiled call (one program for the stencil, the line search and the design)
-CELL_BOUND = 20.0  # |g| h and c h^2 of a lattice cell's log density (cell_moments is exact below)
 
 
 class NestedDesign(NamedTuple):
@@ -56,160 +47,6 @@ class NestedDesign(NamedTuple):
     num_evaluations: int  # inner Laplace fits, the mode search's included
     x_var: np.ndarray = None  # (K, Dx) conditional variances
     x_curvature: object = None  # the K conditional precisions where structured (host arrays), else None
-
-
-def _neighbours(point):
-    d = len(point)
-    return [point[:a] + (point[a] + s,) + point[a + 1 :] for a, s in itertools.product(range(d), (-1, 1))]
-
-
-def lattice(marginal: Callable, mode, scale, x_mode, coarse: bool = False, batch: int = BATCH):
-    """Explore the lattice outwards from the mode (module docstring); ``coarse``: the coarser steps
-    of large models (:data:`LATTICE_COARSE`); ``batch``: the inner fits ``marginal`` makes per call.
-
-    Returns ``(step, z (K, d), PointFits of the K points, on-edge mask (K,))``.
-    """
-    d = mode.size
-    step, drop = (LATTICE_COARSE if coarse else LATTICE)[d]
-    limit = int(round(MAX_HALF / step))
-    points, waves, modes = [], [], {}
-    wave, starts = [(0,) * d], [np.asarray(x_mode)]
-    top = -np.inf
-    while wave:
-        z = np.array(wave, np.float64) * step
-        fits = marginal(mode + z @ scale.T, np.stack(starts), True)
-        points += wave
-        waves.append(fits)
-        logp = np.asarray(fits.log_density, np.float64)
-        top = max(top, float(np.max(logp)))
-        following = {}
-        for i, point in enumerate(wave):
-            modes[point] = fits.x[i]
-        for i, point in enumerate(wave):
-            if not logp[i] >= top - drop:  # below the cut (or not finite): not expanded
-                continue
-            for n in _neighbours(point):
-                if max(abs(c) for c in n) <= limit and n not in modes and n not in following:
-                    # warm start: x* extrapolated linearly from this point and the one behind it
-                    behind = modes.get(tuple(2 * p - q for p, q in zip(point, n)))
-                    x = fits.x[i]
-                    following[n] = x if behind is None or not np.all(np.isfinite(behind)) else 2 * x - behind
-        # fill the last batch of inner fits with the next ring out (free: padding otherwise)
-        ring = list(following.items())
-        room = -len(following) % batch
-        while room and ring:
-            ahead = {}
-            for point, x in ring:
-                for n in _neighbours(point):
-                    if (len(ahead) < room and max(abs(c) for c in n) <= limit and n not in modes
-                            and n not in following and n not in ahead):
-                        ahead[n] = x
-            following.update(ahead)
-            ring, room = list(ahead.items()), room - len(ahead)
-        wave, starts = list(following), list(following.values())
-    fits = jax.tree.map(lambda *a: np.concatenate(a), *waves)
-    finite = {p: i for i, (p, lp) in enumerate(zip(points, fits.log_density)) if np.isfinite(lp)}
-    edge = np.array([any(n not in finite for n in _neighbours(p)) for p in points])
-    slopes = _lattice_slopes(points, finite, fits.x + fits.shift, step)
-    shape = _cell_shapes(points, finite, np.asarray(fits.log_density, np.float64), step)
-    return step, np.array(points, np.float64) * step, fits, edge, slopes, shape
-
-
-def _along(finite, point, axis, k):
-    """Index of the finite lattice point ``k`` steps from ``point`` along ``axis`` (or None)."""
-    return finite.get(point[:axis] + (point[axis] + k,) + point[axis + 1 :])
-
-
-def _lattice_slopes(points, finite, x, step):
-    """``(K, Dx, d)`` derivatives of the conditional means in ``z``: central differences
-    between a point's lattice neighbours, one-sided where one is missing, zero if both are."""
-    d = len(points[0])
-    slopes = np.zeros(x.shape + (d,))
-    for i, p in enumerate(points):
-        for a in range(d):
-            up, down = _along(finite, p, a, 1), _along(finite, p, a, -1)
-            if up is not None and down is not None:
-                slopes[i, :, a] = (x[up] - x[down]) / (2 * step)
-            elif up is not None:
-                slopes[i, :, a] = (x[up] - x[i]) / step
-            elif down is not None:
-                slopes[i, :, a] = (x[i] - x[down]) / step
-    return slopes
-
-
-def _cell_shapes(points, finite, logp, step):
-    """``(g, c)``, each ``(K, d)``: gradient and curvature of ``log p~`` in ``z`` at each point.
-
-    Along each axis, the quadratic through the point and its two neighbours, or where one
-    is missing (the design's edge) through the point and the next two on the other side,
-    or the line through two points: exact for a Gaussian marginal. The curvature is
-    floored at zero (a convex stretch is drawn from its tangent) and both are bounded
-    (``|g| h <= 20``, ``c h^2 <= 20``) so that :func:`cell_moments` stays exact; the same
-    values define the draws' density.
-    """
-    d = len(points[0])
-    g, c = np.zeros((len(points), d)), np.zeros((len(points), d))
-    for i, p in enumerate(points):
-        for a in range(d):
-            up, down = _along(finite, p, a, 1), _along(finite, p, a, -1)
-            if up is not None and down is not None:
-                g[i, a] = (logp[up] - logp[down]) / (2 * step)
-                c[i, a] = -(logp[up] - 2 * logp[i] + logp[down]) / step**2
-                continue
-            side = 1 if up is not None else -1
-            near, far = _along(finite, p, a, side), _along(finite, p, a, 2 * side)
-            if near is None:
-                continue
-            if far is not None:
-                c[i, a] = -(logp[far] - 2 * logp[near] + logp[i]) / step**2
-            # f(s h) = f(0) + g s h - c h^2 / 2
-            g[i, a] = side * ((logp[near] - logp[i]) / step + 0.5 * c[i, a] * step)
-    bound = CELL_BOUND / step
-    return np.clip(g, -bound, bound), np.clip(c, 0.0, bound / step)
-
-
-_GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(24)
-
-
-def cell_moments(g, c, step):
-    r"""Log mass, mean and variance of ``u`` on ``[-h/2, h/2]`` under :math:`e^{g u - c u^2/2}`.
-
-    Each ``(..., d)``; by 24-point Gauss-Legendre quadrature, exact to rounding for
-    ``|g| h, c h^2 <= 20`` (the integrand is entire; the error term is of order
-    :math:`(|g|h/2)^{48}/48!`). ``g = c = 0`` gives ``log h``, ``0``, ``h^2/12``.
-    """
-    u = 0.5 * step * _GL_NODES
-    log_f = g[..., None] * u - 0.5 * c[..., None] * u**2 + np.log(0.5 * step * _GL_WEIGHTS)
-    top = np.max(log_f, axis=-1, keepdims=True)
-    f = np.exp(log_f - top)
-    mass = np.sum(f, axis=-1)
-    mean = np.sum(f * u, axis=-1) / mass
-    var = np.maximum(np.sum(f * u**2, axis=-1) / mass - mean**2, 0.0)
-    return np.log(mass) + top[..., 0], mean, var
-
-
-def cell_draws(rng: np.random.Generator, g, c, step):
-    r"""``u`` on ``[-h/2, h/2]`` with density :math:`\propto e^{g u - c u^2/2}` (``c >= 0``), elementwise.
-
-    Inverse CDF of the tangent :math:`e^{g u}`, then rejection with probability
-    :math:`1 - e^{-c u^2/2}` (acceptance at least :math:`e^{-c h^2/8}`).
-    """
-    g, c = np.asarray(g, np.float64), np.asarray(c, np.float64)
-    u = np.empty(g.shape)
-    todo = np.ones(g.shape, bool)
-    while np.any(todo):
-        gt, ct = g[todo], c[todo]
-        v = rng.uniform(size=gt.shape)
-        a = 0.5 * gt * step
-        with np.errstate(divide="ignore", invalid="ignore"):
-            tilted = np.logaddexp(np.log1p(-v) - a, np.log(v) + a) / gt
-        new = np.where(np.abs(a) < 1e-8, (v - 0.5) * step, tilted)
-        new = np.clip(new, -0.5 * step, 0.5 * step)
-        accept = rng.uniform(size=gt.shape) <= np.exp(-0.5 * ct * new**2)
-        idx = np.flatnonzero(todo)
-        u.flat[idx[accept]] = new[accept]
-        todo.flat[idx[accept]] = False
-    return u
 
 
 def _least_squares_slope(z, x):
@@ -320,9 +157,9 @@ def _quadratic_recentre(z, logp, mode, scale):
 
 
 def integrate(marginal: Callable, search: ModeSearch, theta_index, x_index, slope_cols, coarse: bool = False,
-              batch: int = BATCH):
+              batch: int = BATCH, interpolate: bool = False):
     """The :class:`NestedDesign` around the mode of the hyperparameters' marginal (``coarse``,
-    ``batch``: :func:`lattice`'s).
+    ``batch``, ``interpolate``: :func:`~.lattice.lattice`'s).
 
     A lattice up to three coordinates, a central composite design beyond. For a large model
     (``coarse``) with three and a long field (:data:`CCD_FIRST_MIN`), each point an expensive
@@ -352,7 +189,7 @@ def integrate(marginal: Callable, search: ModeSearch, theta_index, x_index, slop
         g = c = np.zeros_like(z)
     else:
         kind, sigma = "lattice", np.ones((d, 2))
-        step, z, fits, edge, slopes, (g, c) = lattice(marginal, mode, scale, x_mode, coarse, batch)
+        step, z, fits, edge, slopes, (g, c) = lattice(marginal, mode, scale, x_mode, coarse, batch, interpolate)
         # the cell's mass: log p~ at the point times the integral of its local quadratic
         log_w = np.asarray(fits.log_density, np.float64) + np.sum(cell_moments(g, c, step)[0] - np.log(step), 1)
     ok = np.isfinite(log_w) & np.all(np.isfinite(fits.var), axis=1)

@@ -38,7 +38,8 @@ from ..joint_fit import FitOptions, constrained, initial_point, log_densities
 from ..result import Result, density_profile, verdict_draws
 from .coordinates import Coordinates, nested_coordinates
 from .field import FIELD_DRAWS, border_joins_hyper, field_weights, find_field
-from .design import BATCH, NestedDesign, integrate
+from .design import NestedDesign, integrate
+from .lattice import BATCH
 from .blocks import block_shifts, collapsed_draws, collapsed_weights, find_blocks
 from .mixture import MixtureDraws, draw, mixture_block, mixture_moments, mixture_variances
 from .search import ModeSearch, NonFiniteStart, explore
@@ -75,7 +76,7 @@ def _inner(info, tol, max_iter, theta_index: tuple, gaussian_cols: tuple, curvat
     each = (lambda f, xs: jax.vmap(f)(xs)) if loops else lax.map
     fits, curvature = each(lambda tx: conditional_fit(neg, tx[0], tx[1], tol, max_iter, at(tx[0]), blocks),
                            (thetas, x0s))
-    shift = jnp.zeros_like(fits.x)
+    shift, gain = jnp.zeros_like(fits.x), jnp.zeros_like(fits.log_density)
     if scalar_blocks(hessian):
         # the globals' shift enters the Laplace marginal too (structured_mean_shift); on the
         # design's points only (a 10^5-group fit's shifts cost as much as its inner fits): the
@@ -85,7 +86,7 @@ def _inner(info, tol, max_iter, theta_index: tuple, gaussian_cols: tuple, curvat
                                   (thetas, fits.x, curvature))
             return jnp.where(gaussian_cols, shift, 0.0), gain
 
-        shift, gain = lax.cond(with_shift, shifts_and_gains, lambda: (shift, jnp.zeros_like(fits.log_density)))
+        shift, gain = lax.cond(with_shift, shifts_and_gains, lambda: (shift, gain))
         fits = fits._replace(log_density=fits.log_density + gain)
     elif np.any(gaussian_cols):  # only the design's points need it (not the mode search's)
         if isinstance(hessian, DenseHessian):
@@ -103,7 +104,7 @@ def _inner(info, tol, max_iter, theta_index: tuple, gaussian_cols: tuple, curvat
     log_density = fits.log_density + matched_normaliser(
         layout, theta_index, fits.x, fits.precision_diagonal, fits.uncoupled, params
     )
-    return fits._replace(log_density=log_density, params=params, shift=shift)
+    return fits._replace(log_density=log_density, params=params, shift=shift, gain=gain)
 
 
 def inner_program(info, tol: float, max_iter: int, theta_index: tuple, gaussian_cols: tuple, curvature: str, plate,
@@ -370,8 +371,10 @@ def _nested_fit(info, options: FitOptions, split: Coordinates, curvature, hessia
                                 () if entries is None else entries.ids, loops)
     with bar:
         search = _mode_search(marginal, info, options, split, rng_key, init_params, args, kwargs, compiler_options)
+        # the globals' collapsed mode of scalar blocks costs two to three inner fits a point: at the
+        # lattice's anchors alone, interpolated between them
         design = integrate(marginal, search, split.theta_index, split.x_index, split.gaussian_cols,
-                           coarse=structured, batch=marginal.batch)
+                           coarse=structured, batch=marginal.batch, interpolate=scalar_blocks(hessian))
     marginal.bar = progress(False)  # the field's verdict fits again, silently
     if design.edge_mass > 1e-3:
         warnings.warn(

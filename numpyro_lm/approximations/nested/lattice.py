@@ -1,0 +1,358 @@
+"""The lattice over up to three hyperparameter coordinates (:mod:`.design`'s first design):
+points explored outwards from the mode while the Laplace marginal stays within a drop of its
+top, each cell's log density its local quadratic (:func:`cell_moments`, :func:`cell_draws`).
+
+A large model's inner fits are expensive and the globals' shift and gain at each point
+(:func:`~numpyro_lm.marginal.conditional.structured_mean_shift`) cost two to three fits more;
+both vary smoothly over the few posterior SDs the lattice spans (a 10^5-group GLMM: the gain
+rises 0.22 nats an SD, a quadratic through three points misses it by 0.003 nats and the shift by
+0.0005 SD at every other point). There the shift and gain are computed at :func:`shift_anchors`
+alone, the quadratic through them stands in at the other points, and one more point checks it
+(:data:`INTERPOLATION_GAIN_TOL`, :data:`INTERPOLATION_SHIFT_TOL`); where it misses, every point
+is computed.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Callable
+
+import jax
+import numpy as np
+
+__all__ = ["LATTICE", "LATTICE_COARSE", "MAX_HALF", "BATCH", "CELL_BOUND", "SHIFT_ANCHOR",
+           "CHECK_DROP", "INTERPOLATION_GAIN_TOL", "INTERPOLATION_SHIFT_TOL", "shift_anchors", "lattice", "cell_moments",
+           "cell_draws"]
+
+# (step, log-density drop) of the lattice in standardised units, by dimension
+LATTICE = {1: (0.5, 8.0), 2: (0.75, 9.0), 3: (1.0, 10.5)}
+# ... for large models, where each point is an expensive inner fit (marginal.coarse): the
+# cells' local quadratics integrate a near-Gaussian marginal as well at twice the step
+LATTICE_COARSE = {1: (1.0, 8.0), 2: (1.0, 9.0), 3: (1.25, 10.5)}
+MAX_HALF = 10.0  # the lattice's extent, standardised units from the mode
+BATCH = 8  # inner fits per compiled call (one program for the stencil, the line search and the design)
+CELL_BOUND = 20.0  # |g| h and c h^2 of a lattice cell's log density (cell_moments is exact below)
+
+
+SHIFT_ANCHOR = 2
+"""Lattice steps from the centre to the points whose shift and gain a coarse lattice computes
+(:func:`shift_anchors`): two steps either side span the bulk, and the quadratic through them
+extrapolates to four (at one step the 10^3-group GLMM's gain missed by 0.017 nats five steps out,
+at two 0.002)."""
+
+CHECK_DROP = 0.75
+"""The interpolation's check is the farthest point whose log density lies within this fraction of
+the lattice's drop from the top (3 SDs of a Gaussian in one coordinate, 1.7 steps beyond the
+anchors), where the quadratic extrapolates."""
+
+INTERPOLATION_GAIN_TOL = 0.02
+"""Nats by which the interpolated gain may miss the computed one at the check point."""
+
+INTERPOLATION_SHIFT_TOL = 0.02
+"""Conditional SDs by which an interpolated shift may miss the computed one at the check point."""
+
+
+def shift_anchors(d: int) -> list:
+    """Lattice points (integer steps) that determine a quadratic in ``d`` coordinates: the centre,
+    :data:`SHIFT_ANCHOR` steps either way along each axis, and each pair of axes' ``(+, +)``
+    corner (``1 + d + d (d + 1) / 2`` points: 3, 6, 10)."""
+    points = [(0,) * d]
+    for a, s in itertools.product(range(d), (-SHIFT_ANCHOR, SHIFT_ANCHOR)):
+        points.append(tuple(s if i == a else 0 for i in range(d)))
+    for a, b in itertools.combinations(range(d), 2):
+        points.append(tuple(SHIFT_ANCHOR if i in (a, b) else 0 for i in range(d)))
+    return points
+
+
+def _quadratic_features(z) -> np.ndarray:
+    """``(K, 1 + d + d (d + 1) / 2)``: 1, ``z_i`` and ``z_i z_j`` (``i <= j``) of ``z (K, d)``."""
+    d = z.shape[1]
+    squares = [z[:, i] * z[:, j] for i in range(d) for j in range(i, d)]
+    return np.stack([np.ones(len(z)), *z.T, *squares], axis=1)
+
+
+def _neighbours(point):
+    d = len(point)
+    return [point[:a] + (point[a] + s,) + point[a + 1 :] for a, s in itertools.product(range(d), (-1, 1))]
+
+
+def _put_row(part, i, other, j):
+    """``part`` with its row ``i`` replaced by ``other``'s row ``j`` (copies: fetched arrays are read-only)."""
+    def put(a, b):
+        a = np.array(a)
+        a[i] = b[j]
+        return a
+
+    return jax.tree.map(put, part, other)
+
+
+class _Grid:
+    """The lattice's points as they are fitted: the inner fits by call (``parts``), where each
+    point's row is (``where``), and with ``interpolate`` the quadratic that stands in for the
+    shift and gain away from the anchors (``model``)."""
+
+    def __init__(self, marginal: Callable, mode, scale, step: float, drop: float, batch: int, interpolate: bool):
+        self.marginal, self.mode, self.scale, self.step, self.drop, self.batch = marginal, mode, scale, step, drop, batch
+        self.limit = int(round(MAX_HALF / step))
+        self.points, self.parts, self.where = [], [], {}
+        self.anchors = shift_anchors(mode.size) if interpolate else None
+        self.model = None  # (P, 1 + Dx) coefficients of the gain and the shift, once checked
+        self.shifted = set()  # points whose shift and gain were computed
+
+    def row(self, point, field: str):
+        p, i = self.where[point]
+        return np.asarray(getattr(self.parts[p], field))[i]
+
+    def inner(self, points, starts, with_shift: bool):
+        """``marginal`` at lattice ``points`` (their gain zeros where it has none)."""
+        z = np.array(points, np.float64) * self.step
+        fits = self.marginal(self.mode + z @ self.scale.T, starts, with_shift)
+        return fits if fits.gain is not None else fits._replace(gain=np.zeros(len(points)))
+
+    def values(self) -> np.ndarray:
+        """The points' log densities (the parts hold the points in order)."""
+        return np.concatenate([np.asarray(part.log_density, np.float64) for part in self.parts])
+
+    def fit(self, wave: list, starts: list):
+        """Inner fits at the lattice points ``wave`` from ``starts``: with their shift and gain
+        where there is no interpolation or the point is an anchor, else the model's (once known)."""
+        shifted = [self.anchors is None or p in self.anchors for p in wave]
+        for flag in (True, False):
+            chosen = [i for i, s in enumerate(shifted) if s == flag]
+            if not chosen:
+                continue
+            points = [wave[i] for i in chosen]
+            fits = self.inner(points, np.stack([starts[i] for i in chosen]), flag)
+            if not flag and self.model is not None:
+                fits = self._interpolated(fits, np.array(points, np.float64) * self.step)
+            for i, point in enumerate(points):
+                self.where[point] = (len(self.parts), i)
+                self.points.append(point)
+            self.shifted.update(points if flag else ())
+            self.parts.append(fits)
+
+    def expand(self):
+        """Fit the neighbours of every point within ``drop`` of the top until none is left."""
+        wave, starts = self._frontier()
+        while wave:
+            self.fit(wave, starts)
+            wave, starts = self._frontier()
+
+    def comparable(self) -> np.ndarray:
+        """:meth:`values`, less the gain before the interpolation: only the anchors carry theirs
+        then (140 nats at 10^5 groups), and the cut compares the points without it."""
+        values = self.values()
+        if self.anchors is None or self.model is not None:
+            return values
+        return values - np.concatenate([np.asarray(part.gain, np.float64) for part in self.parts])
+
+    def _frontier(self):
+        values = self.comparable()
+        top = np.max(values)
+        following = {}
+        for point, value in zip(self.points, values):
+            if not value >= top - self.drop:  # below the cut (or not finite): not expanded
+                continue
+            for n in _neighbours(point):
+                if max(abs(c) for c in n) <= self.limit and n not in self.where and n not in following:
+                    # warm start: x* extrapolated linearly from this point and the one behind it
+                    x, behind = self.row(point, "x"), tuple(2 * p - q for p, q in zip(point, n))
+                    back = self.row(behind, "x") if behind in self.where else None
+                    following[n] = x if back is None or not np.all(np.isfinite(back)) else 2 * x - back
+        # fill the last batch of inner fits with the next ring out (free: padding otherwise)
+        ring, room = list(following.items()), -len(following) % self.batch
+        while room and ring:
+            ahead = {}
+            for point, x in ring:
+                for n in _neighbours(point):
+                    if (len(ahead) < room and max(abs(c) for c in n) <= self.limit and n not in self.where
+                            and n not in following and n not in ahead):
+                        ahead[n] = x
+            following.update(ahead)
+            ring, room = list(ahead.items()), room - len(ahead)
+        return list(following), list(following.values())
+
+    def interpolate(self):
+        """The anchors' quadratic for the shift and gain at the other points, checked at the
+        farthest point within :data:`CHECK_DROP` of the drop; where an anchor is missing or the check fails, every
+        point computed. Then the lattice grows where the gain lifts points above the cut."""
+        values = self.comparable()
+        if any(a not in self.where or not np.isfinite(self.row(a, "log_density")) for a in self.anchors):
+            return self._shift_all()
+        z = np.array(self.anchors, np.float64) * self.step
+        targets = np.stack([np.concatenate([[self.row(a, "gain")], self.row(a, "shift")]) for a in self.anchors])
+        self.model = np.linalg.solve(_quadratic_features(z), np.asarray(targets, np.float64))
+        near = [(np.sum(np.square(p)), p) for p, v in zip(self.points, values)
+                if p not in self.shifted and v >= np.max(values) - CHECK_DROP * self.drop]
+        if near:
+            check = max(near)[1]
+            fits = self.inner([check], self.row(check, "x")[None], True)
+            predicted = _quadratic_features(np.array([check], np.float64) * self.step) @ self.model
+            sd = np.sqrt(np.asarray(fits.var, np.float64)[0])
+            gain_miss = abs(float(fits.gain[0]) - predicted[0, 0])
+            shift_miss = np.max(np.abs(np.asarray(fits.shift, np.float64)[0] - predicted[0, 1:]) / sd, initial=0.0)
+            self._replace(check, fits)
+            if not (gain_miss <= INTERPOLATION_GAIN_TOL and shift_miss <= INTERPOLATION_SHIFT_TOL):
+                return self._shift_all()
+        for p, part in enumerate(self.parts):
+            rows = [i for i, point in enumerate(self.points) if self.where[point][0] == p
+                    and point not in self.shifted]
+            if rows:
+                z = np.array([self.points[i] for i in rows], np.float64) * self.step
+                self.parts[p] = self._interpolated(part, z, [self.where[self.points[i]][1] for i in rows])
+        self.expand()
+
+    def _interpolated(self, fits, z, rows=None):
+        """``fits`` (computed without their shift) with the model's gain and shift at ``z`` (their
+        ``rows``, all by default)."""
+        rows = np.arange(len(z)) if rows is None else np.asarray(rows)
+        predicted = _quadratic_features(z) @ self.model
+        log_density, gain, shift = (np.array(a) for a in (fits.log_density, fits.gain, fits.shift))
+        log_density[rows] += predicted[:, 0].astype(log_density.dtype)
+        gain[rows] = predicted[:, 0]
+        shift[rows] = predicted[:, 1:]
+        return fits._replace(log_density=log_density, gain=gain, shift=shift)
+
+    def _replace(self, point, fits):
+        p, i = self.where[point]
+        self.parts[p] = _put_row(self.parts[p], i, fits, 0)
+        self.shifted.add(point)
+
+    def _shift_all(self):
+        """Every point's shift and gain computed (the interpolation could not stand in)."""
+        self.anchors, self.model = None, None
+        todo = [p for p in self.points if p not in self.shifted]
+        if todo:
+            fits = self.inner(todo, np.stack([self.row(p, "x") for p in todo]), True)
+            for j, point in enumerate(todo):
+                p, i = self.where[point]
+                self.parts[p] = _put_row(self.parts[p], i, fits, j)
+                self.shifted.add(point)
+        self.expand()
+
+    def fits(self):
+        return jax.tree.map(lambda *a: np.concatenate(a), *self.parts)
+
+
+def lattice(marginal: Callable, mode, scale, x_mode, coarse: bool = False, batch: int = BATCH,
+            interpolate: bool = False):
+    """Explore the lattice outwards from the mode (module docstring); ``coarse``: the coarser steps
+    of large models (:data:`LATTICE_COARSE`); ``interpolate``: the shift and gain computed at
+    :func:`shift_anchors` and interpolated elsewhere (module docstring: where they cost more than
+    the fits, the globals' collapsed mode of scalar blocks); ``batch``: the inner fits ``marginal``
+    makes per call.
+
+    Returns ``(step, z (K, d), PointFits of the K points, on-edge mask (K,), slopes, cell shapes)``.
+    """
+    d = mode.size
+    step, drop = (LATTICE_COARSE if coarse else LATTICE)[d]
+    grid = _Grid(marginal, mode, scale, step, drop, batch, interpolate)
+    grid.fit([(0,) * d], [np.asarray(x_mode)])
+    grid.expand()
+    if interpolate:
+        grid.interpolate()
+    points, fits = grid.points, grid.fits()
+    finite = {p: i for i, (p, lp) in enumerate(zip(points, fits.log_density)) if np.isfinite(lp)}
+    edge = np.array([any(n not in finite for n in _neighbours(p)) for p in points])
+    slopes = _lattice_slopes(points, finite, fits.x + fits.shift, step)
+    shape = _cell_shapes(points, finite, np.asarray(fits.log_density, np.float64), step)
+    return step, np.array(points, np.float64) * step, fits, edge, slopes, shape
+
+
+def _along(finite, point, axis, k):
+    """Index of the finite lattice point ``k`` steps from ``point`` along ``axis`` (or None)."""
+    return finite.get(point[:axis] + (point[axis] + k,) + point[axis + 1 :])
+
+
+def _lattice_slopes(points, finite, x, step):
+    """``(K, Dx, d)`` derivatives of the conditional means in ``z``: central differences
+    between a point's lattice neighbours, one-sided where one is missing, zero if both are."""
+    d = len(points[0])
+    slopes = np.zeros(x.shape + (d,))
+    for i, p in enumerate(points):
+        for a in range(d):
+            up, down = _along(finite, p, a, 1), _along(finite, p, a, -1)
+            if up is not None and down is not None:
+                slopes[i, :, a] = (x[up] - x[down]) / (2 * step)
+            elif up is not None:
+                slopes[i, :, a] = (x[up] - x[i]) / step
+            elif down is not None:
+                slopes[i, :, a] = (x[i] - x[down]) / step
+    return slopes
+
+
+def _cell_shapes(points, finite, logp, step):
+    """``(g, c)``, each ``(K, d)``: gradient and curvature of ``log p~`` in ``z`` at each point.
+
+    Along each axis, the quadratic through the point and its two neighbours, or where one
+    is missing (the design's edge) through the point and the next two on the other side,
+    or the line through two points: exact for a Gaussian marginal. The curvature is
+    floored at zero (a convex stretch is drawn from its tangent) and both are bounded
+    (``|g| h <= 20``, ``c h^2 <= 20``) so that :func:`cell_moments` stays exact; the same
+    values define the draws' density.
+    """
+    d = len(points[0])
+    g, c = np.zeros((len(points), d)), np.zeros((len(points), d))
+    for i, p in enumerate(points):
+        for a in range(d):
+            up, down = _along(finite, p, a, 1), _along(finite, p, a, -1)
+            if up is not None and down is not None:
+                g[i, a] = (logp[up] - logp[down]) / (2 * step)
+                c[i, a] = -(logp[up] - 2 * logp[i] + logp[down]) / step**2
+                continue
+            side = 1 if up is not None else -1
+            near, far = _along(finite, p, a, side), _along(finite, p, a, 2 * side)
+            if near is None:
+                continue
+            if far is not None:
+                c[i, a] = -(logp[far] - 2 * logp[near] + logp[i]) / step**2
+            # f(s h) = f(0) + g s h - c h^2 / 2
+            g[i, a] = side * ((logp[near] - logp[i]) / step + 0.5 * c[i, a] * step)
+    bound = CELL_BOUND / step
+    return np.clip(g, -bound, bound), np.clip(c, 0.0, bound / step)
+
+
+_GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(24)
+
+
+def cell_moments(g, c, step):
+    r"""Log mass, mean and variance of ``u`` on ``[-h/2, h/2]`` under :math:`e^{g u - c u^2/2}`.
+
+    Each ``(..., d)``; by 24-point Gauss-Legendre quadrature, exact to rounding for
+    ``|g| h, c h^2 <= 20`` (the integrand is entire; the error term is of order
+    :math:`(|g|h/2)^{48}/48!`). ``g = c = 0`` gives ``log h``, ``0``, ``h^2/12``.
+    """
+    u = 0.5 * step * _GL_NODES
+    log_f = g[..., None] * u - 0.5 * c[..., None] * u**2 + np.log(0.5 * step * _GL_WEIGHTS)
+    top = np.max(log_f, axis=-1, keepdims=True)
+    f = np.exp(log_f - top)
+    mass = np.sum(f, axis=-1)
+    mean = np.sum(f * u, axis=-1) / mass
+    var = np.maximum(np.sum(f * u**2, axis=-1) / mass - mean**2, 0.0)
+    return np.log(mass) + top[..., 0], mean, var
+
+
+def cell_draws(rng: np.random.Generator, g, c, step):
+    r"""``u`` on ``[-h/2, h/2]`` with density :math:`\propto e^{g u - c u^2/2}` (``c >= 0``), elementwise.
+
+    Inverse CDF of the tangent :math:`e^{g u}`, then rejection with probability
+    :math:`1 - e^{-c u^2/2}` (acceptance at least :math:`e^{-c h^2/8}`).
+    """
+    g, c = np.asarray(g, np.float64), np.asarray(c, np.float64)
+    u = np.empty(g.shape)
+    todo = np.ones(g.shape, bool)
+    while np.any(todo):
+        gt, ct = g[todo], c[todo]
+        v = rng.uniform(size=gt.shape)
+        a = 0.5 * gt * step
+        with np.errstate(divide="ignore", invalid="ignore"):
+            tilted = np.logaddexp(np.log1p(-v) - a, np.log(v) + a) / gt
+        new = np.where(np.abs(a) < 1e-8, (v - 0.5) * step, tilted)
+        new = np.clip(new, -0.5 * step, 0.5 * step)
+        accept = rng.uniform(size=gt.shape) <= np.exp(-0.5 * ct * new**2)
+        idx = np.flatnonzero(todo)
+        u.flat[idx[accept]] = new[accept]
+        todo.flat[idx[accept]] = False
+    return u
+
+

@@ -1,0 +1,112 @@
+"""The nested fit's lattice (numpyro_lm/approximations/nested/lattice.py): a coarse lattice computes
+the globals' shift and gain at its anchors alone and interpolates them, checked, elsewhere."""
+
+import numpy as np
+import pytest
+
+from numpyro_lm.approximations.nested.lattice import (INTERPOLATION_GAIN_TOL, INTERPOLATION_SHIFT_TOL, lattice,
+                                                      shift_anchors)
+from numpyro_lm.marginal.conditional import PointFits
+
+SD = 0.5  # the conditional SD of the three fake latent coordinates
+
+
+class FakeMarginal:
+    """A Gaussian Laplace marginal ``-|theta|^2 / 2`` whose points, fitted with their shift, gain
+    ``gain(theta)`` and have their conditional means moved by ``shift(theta)``; counts the points
+    fitted with and without it."""
+
+    def __init__(self, gain, shift):
+        self.gain, self.shift, self.shifted, self.plain = gain, shift, 0, 0
+
+    def __call__(self, theta, x0, with_shift):
+        theta = np.asarray(theta, np.float64)
+        k = len(theta)
+        base = -0.5 * np.sum(theta**2, 1)
+        if with_shift:
+            self.shifted += k
+            gain, shift = self.gain(theta), self.shift(theta)
+        else:
+            self.plain += k
+            gain, shift = np.zeros(k), np.zeros((k, 3))
+        return PointFits(base + gain, np.zeros((k, 3)), None, np.ones((k, 3)), np.ones((k, 3), bool), {}, shift,
+                         np.full((k, 3), SD**2), gain=gain)
+
+
+def smooth_shift(theta):
+    return 0.1 * np.stack([theta[:, 0], theta[:, 0] ** 2, np.sum(theta, 1)], 1)
+
+
+def run(marginal, d, coarse=True):
+    step, z, fits, edge, _, _ = lattice(marginal, np.zeros(d), np.eye(d), np.zeros(3), coarse=coarse, batch=1,
+                                          interpolate=coarse)
+    return z, fits, edge
+
+
+@pytest.mark.parametrize("d", [1, 2])
+def test_a_smooth_gain_is_computed_at_the_anchors_and_one_check_alone(d):
+    """A gain and shift quadratic in theta (with a small cubic, 0.002 nats at 3 SDs, inside the
+    check's tolerance): the shift is computed at the 1 + d + d (d + 1) / 2 anchors and one check,
+    and every other point's log density and shift are the quadratic's (exact for the quadratic part,
+    the cubic's at most 0.01 nats and 0.001 SD beyond the anchors out to 5 SDs)."""
+    def gain(theta):
+        return 3.0 + 0.25 * theta[:, 0] - 0.05 * np.sum(theta, 1) ** 2 + 1e-4 * theta[:, 0] ** 3
+
+    marginal = FakeMarginal(gain, smooth_shift)
+    z, fits, _ = run(marginal, d)
+    assert marginal.shifted == len(shift_anchors(d)) + 1
+    assert marginal.plain >= len(z) - marginal.shifted  # every point fitted (anchors once, with the shift)
+    assert len(z) >= 2.5 * marginal.shifted  # the interpolation covered most of the lattice (11 points in 1-D)
+    exact = -0.5 * np.sum(z**2, 1) + gain(z)
+    cubic = 1e-4 * np.max(np.abs(z[:, 0])) ** 3  # the part the quadratic cannot follow
+    np.testing.assert_allclose(fits.log_density, exact, atol=cubic + 1e-9)
+    np.testing.assert_allclose(fits.gain, gain(z), atol=cubic + 1e-9)
+    np.testing.assert_allclose(fits.shift, smooth_shift(z), atol=1e-9)
+
+
+def test_a_kinked_gain_fails_the_check_and_every_point_is_computed():
+    """A gain with a kink at the mode (0.5 |theta|): the quadratic through 0 and +-2 misses it by
+    0.75 nats at 3 SDs, beyond INTERPOLATION_GAIN_TOL, so every point is fitted with its shift and
+    the lattice's log densities are exact."""
+    def gain(theta):
+        return 0.5 * np.abs(theta[:, 0])
+
+    marginal = FakeMarginal(gain, smooth_shift)
+    z, fits, _ = run(marginal, 1)
+    assert 0.75 > INTERPOLATION_GAIN_TOL
+    assert marginal.shifted == len(z)
+    np.testing.assert_allclose(fits.log_density, -0.5 * z[:, 0] ** 2 + gain(z), atol=1e-12)
+
+
+def test_a_shift_the_quadratic_misses_fails_the_check():
+    """The shift's check: a shift with a kink (0.2 |theta| SDs of one coordinate) misses the
+    quadratic by 0.15 SD at 3 SDs, beyond INTERPOLATION_SHIFT_TOL: every point is computed."""
+    def shift(theta):
+        return np.stack([0.2 * SD * np.abs(theta[:, 0]), 0 * theta[:, 0], 0 * theta[:, 0]], 1)
+
+    marginal = FakeMarginal(lambda theta: np.zeros(len(theta)), shift)
+    z, fits, _ = run(marginal, 1)
+    assert 0.15 > INTERPOLATION_SHIFT_TOL
+    assert marginal.shifted == len(z)
+    np.testing.assert_allclose(fits.shift, shift(z), atol=1e-12)
+
+
+def test_a_gain_that_tilts_the_marginal_grows_the_lattice_on_its_side():
+    """A gain of 2 theta moves the marginal's mode 2 SDs up: the lattice, cut without the gain at
+    first, grows until the points 8 nats below the new top (theta = 2 +- 4) are in, and its edge
+    points carry no mass (log density more than 8 nats below the top)."""
+    marginal = FakeMarginal(lambda theta: 2.0 * theta[:, 0], smooth_shift)
+    z, fits, edge = run(marginal, 1)
+    assert marginal.shifted == len(shift_anchors(1)) + 1
+    assert np.max(z) >= 6.0 and np.min(z) <= -2.0  # theta = 2 -+ 4: -(z - 2)^2 / 2 >= -8
+    np.testing.assert_allclose(fits.log_density, -0.5 * z[:, 0] ** 2 + 2.0 * z[:, 0], atol=1e-9)
+    top = np.max(fits.log_density)
+    assert np.all(fits.log_density[edge] < top - 8.0 + 1e-9)
+
+
+def test_without_interpolation_every_points_shift_is_computed():
+    """Without scalar blocks (a small model's fine lattice, a field's band) every point is fitted
+    with its shift: nothing interpolated."""
+    marginal = FakeMarginal(lambda theta: 0.3 * theta[:, 0], smooth_shift)
+    z, fits, _ = run(marginal, 1, coarse=False)
+    assert marginal.plain == 0 and marginal.shifted == len(z)
