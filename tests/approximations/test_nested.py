@@ -145,6 +145,26 @@ def test_the_mode_search_stops_when_round_off_keeps_it_within_twice_its_toleranc
     assert np.sqrt(off @ a @ off) < 2 * radius + 0.05  # within the wander and the tolerance
 
 
+def _log_cosh_marginal(points, x0s):
+    """``-4 log cosh(t - 1)``: mode 1, SD 0.5 there, its slope levelling off away from it, so that a
+    Newton step from 0 (1.81) overshoots the mode."""
+    return -4.0 * np.log(np.cosh(points[:, 0] - 1.0)), x0s
+
+
+def test_a_search_one_point_at_a_time_fits_the_peak_of_a_step_that_overshoots(monkeypatch):
+    """Fitting one point per call, a whole step that improves but overshoots (the quadratic along it
+    peaks at 0.55 of it) has its peak fitted too, and the search ends at the mode in fewer inner
+    fits than when whole improving steps are always taken (OVERSHOOT = 0)."""
+    import numpyro_lm.approximations.nested.search as search_module
+
+    found = explore(_log_cosh_marginal, np.zeros(1), np.zeros(1), one_at_a_time=True)
+    assert abs(found.theta[0] - 1.0) < 0.1 * 0.5  # within MODE_TOL's 0.1 SD, quadratic convergence after
+    monkeypatch.setattr(search_module, "OVERSHOOT", 0.0)
+    whole = explore(_log_cosh_marginal, np.zeros(1), np.zeros(1), one_at_a_time=True)
+    assert abs(whole.theta[0] - 1.0) < 0.1 * 0.5
+    assert found.num_evaluations < whole.num_evaluations
+
+
 def linear_gaussian():
     """Four scalar hyperparameters, five latents and eight observations, all linear-Gaussian:
     the posterior is Gaussian in closed form (``truth``)."""

@@ -59,7 +59,7 @@ matched families.
 """
 
 from .design import CCD_F0, NestedDesign, ccd_points, integrate
-from .lattice import LATTICE, cell_draws, cell_moments, lattice
+from .lattice_design import LATTICE, cell_draws, cell_moments, lattice
 from .fit import Coordinates, MarginalAtPoints, NestedResult, nested_coordinates, run_nested
 from .mixture import draw, mixture_moments
 from .search import ModeSearch, NonFiniteStart, explore

@@ -13,7 +13,7 @@ import jax
 import numpy as np
 
 from ...core.structure import MAX_CCD_DIM
-from .lattice import BATCH, LATTICE, cell_moments, lattice
+from .lattice_design import BATCH, LATTICE, cell_moments, lattice
 from .search import ModeSearch
 
 __all__ = ["CCD_F0", "NestedDesign", "ccd_points", "CCD_RESIDUAL_MAX", "CCD_FIRST_MIN", "integrate"]

@@ -119,7 +119,7 @@ def field_weights(field: Field, design, made, flat):
 
 BORDER_HYPER_DIM = 3
 """Most hyperparameter coordinates a field's border may bring them to (:func:`border_joins_hyper`):
-the lattice's (:data:`~numpyro_lm.approximations.nested.lattice.LATTICE`)."""
+the lattice's (:data:`~numpyro_lm.approximations.nested.lattice_design.LATTICE`)."""
 
 
 def border_joins_hyper(info, split: Coordinates, banded, args, kwargs):

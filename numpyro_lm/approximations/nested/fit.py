@@ -39,7 +39,7 @@ from ..result import Result, density_profile, verdict_draws
 from .coordinates import Coordinates, nested_coordinates
 from .field import FIELD_DRAWS, border_joins_hyper, field_weights, find_field
 from .design import NestedDesign, integrate
-from .lattice import BATCH
+from .lattice_design import BATCH
 from .blocks import block_shifts, collapsed_draws, collapsed_weights, find_blocks
 from .mixture import MixtureDraws, draw, mixture_block, mixture_moments, mixture_variances
 from .search import ModeSearch, NonFiniteStart, explore

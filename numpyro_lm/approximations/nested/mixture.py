@@ -19,7 +19,7 @@ from ...runtime.precision import precise_jit
 from ...runtime.programs import BATCH_COMPILE, program
 from ..joint_fit import rows_at_once
 from .design import NestedDesign
-from .lattice import cell_draws, cell_moments
+from .lattice_design import cell_draws, cell_moments
 
 __all__ = ["mixture_moments", "mixture_variances", "mixture_block", "MixtureDraws", "draw", "block_proposal"]
 

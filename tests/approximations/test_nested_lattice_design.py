@@ -1,10 +1,10 @@
-"""The nested fit's lattice (numpyro_lm/approximations/nested/lattice.py): a coarse lattice computes
+"""The nested fit's lattice (numpyro_lm/approximations/nested/lattice_design.py): a coarse lattice computes
 the globals' shift and gain at its anchors alone and interpolates them, checked, elsewhere."""
 
 import numpy as np
 import pytest
 
-from numpyro_lm.approximations.nested.lattice import (INTERPOLATION_GAIN_TOL, INTERPOLATION_SHIFT_TOL, lattice,
+from numpyro_lm.approximations.nested.lattice_design import (INTERPOLATION_GAIN_TOL, INTERPOLATION_SHIFT_TOL, lattice,
                                                       shift_anchors)
 from numpyro_lm.marginal.conditional import PointFits
 
