@@ -19,13 +19,15 @@ import numpy as np
 
 from ..checks.covariance import failure_cause
 from ..checks.boundary import boundary_hyperparameters, boundary_message
-from ..checks.errors import FitChecks, check_fit, convergence_warning, fit_error
+from ..checks.errors import FitChecks, NotPositiveDefiniteError, check_fit, convergence_warning, fit_error
 from ..checks.verdict import distinct_modes
 from ..core.curvature_choice import StructureError, structure_message
+from ..curvature import DenseCurvature
+from ..curvature.base import PEAKED
 from ..mode.hessian import structure_tol
 from ..mode.newton import running
 from ..runtime.batch import Batch, pad, take, take_inputs
-from ..runtime.programs import program
+from ..runtime.programs import in_float64, program
 from ..runtime.progress import progress
 from . import joint_fit
 from .joint_fit import FitOptions, JointFit
@@ -196,8 +198,45 @@ def run_joint(info, options: FitOptions, rng_key, args, kwargs, init_params=None
         checked = jax.device_get((fitted.state.info, fitted.finite_params))
     result = JointResult(info, options, args, kwargs, rng_key, keys, fitted, num_samples, compiler_options, batch,
                          starts)
-    _check(result, checked, on_failure)
+    try:
+        _check(result, checked, on_failure)
+    except NotPositiveDefiniteError:
+        widened = _in_float64(result, prog(joint_fit.polish, info, options))
+        if widened is None:
+            raise
+        result = JointResult(info, options, args, kwargs, rng_key, keys, widened, num_samples, compiler_options,
+                             batch, starts)
+        _check(result, jax.device_get((widened.state.info, widened.finite_params)), on_failure)
     return result
+
+
+FLOAT64_RETRY_DIM = 2000
+"""Coordinates up to which a float32 fit whose dense curvature float32 cannot resolve (numerically
+singular, not negative) is finished again in float64 (:func:`_in_float64`): a regression with
+correlated predictors (scaled eigenvalues 8.5e-4 to 400 over 600 coordinates, below float32's
+floor of 1.2e-3) was refused with "use float64", which the library can do itself at this size
+(a float64 eigendecomposition of 2000 coordinates takes seconds)."""
+
+
+def _in_float64(result: JointResult, polish) -> Optional[JointFit]:
+    """The fit finished in float64 from its float32 mode (:func:`joint_fit.polish`) and kept in
+    float32, its curvature judged by float64's epsilon; ``None`` where it does not apply (a
+    batch, a structured or float64 curvature, more than :data:`FLOAT64_RETRY_DIM` coordinates,
+    an eigenvalue negative beyond round-off: a saddle, a curvature beyond
+    :data:`~numpyro_lm.curvature.base.PEAKED`: a funnel) or float64 does not resolve it either."""
+    curvature = result.state.curvature
+    if (result.batch is not None or not isinstance(curvature, DenseCurvature) or curvature.dim > FLOAT64_RETRY_DIM
+            or jnp.result_type(float) != jnp.float32):
+        return None
+    w, precision = (np.asarray(a, np.float64) for a in jax.device_get((curvature.eigenvalues, curvature.precision)))
+    if (not np.all(np.isfinite(w)) or w[0] < -np.sqrt(np.finfo(np.float32).eps) * max(abs(w[-1]), 1.0)
+            or np.max(np.abs(np.diagonal(precision))) > PEAKED):
+        return None  # a saddle, or a search run into a collapsing scale: no precision resolves either
+    fitted = in_float64(polish, (result.state.mode, result.keys), result.args, result.kwargs)
+    if not bool(fitted.state.info.positive):
+        return None
+    return jax.tree.map(lambda a: jnp.asarray(a, jnp.float32) if np.issubdtype(np.asarray(a).dtype, np.floating)
+                        else jnp.asarray(a), fitted)
 
 
 def _split_keys(num, rng_key, args, kwargs):

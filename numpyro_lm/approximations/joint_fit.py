@@ -41,7 +41,7 @@ from ..posterior.marginals import finite_params, matched_params
 from ..posterior.refine import Refinement, refine
 from ..runtime.programs import merge_inputs
 
-__all__ = ["FitOptions", "Starts", "JointFit", "initial_point", "start", "resume", "finish", "refine_fit", "matched_fit", "fit", "fit_many", "draw", "weigh", "log_densities", "constrained", "map_rows", "largest_intermediate", "ROW_BUDGET",
+__all__ = ["FitOptions", "Starts", "JointFit", "initial_point", "start", "resume", "finish", "polish", "refine_fit", "matched_fit", "fit", "fit_many", "draw", "weigh", "log_densities", "constrained", "map_rows", "largest_intermediate", "ROW_BUDGET",
            "CPU_ROW_NUMBERS", "rows_at_once", "runs_loops", "row_profile"]
 
 
@@ -169,6 +169,19 @@ def finish(info: ModelInfo, options: FitOptions, state: NewtonState, rng_key, ar
     """The Laplace state at the mode, refined if asked, and each site's matched family."""
     laplace_state = laplace_finish(state, regularize=options.regularize, hessian=_hessian(info, options, args, kwargs))
     return refine_fit(info, options, laplace_state, rng_key, args, kwargs)
+
+
+def polish(info: ModelInfo, options: FitOptions, x, rng_key, args, kwargs) -> JointFit:
+    """:func:`finish` from Newton's search started at ``x``, a mode found in another precision:
+    its first evaluation recomputes the value, gradient and Hessian in this program's, and one
+    or two steps reach its own tolerance (the float64 retry of a float32 fit whose curvature
+    float32 did not resolve: :func:`numpyro_lm.approximations.joint.run`)."""
+    dtype = jnp.result_type(float)
+    log_density, hessian, tol = _log_density(info, args, kwargs), _hessian(info, options, args, kwargs), \
+        options.tolerance(dtype)
+    state = laplace_init(log_density, jnp.asarray(x, dtype), tol=tol, max_iter=options.max_iter, hessian=hessian)
+    state = laplace_update(log_density, state, tol=tol, max_iter=options.max_iter, hessian=hessian)
+    return finish(info, options, state, rng_key, args, kwargs)
 
 
 def refine_fit(info: ModelInfo, options: FitOptions, laplace_state: LaplaceState, rng_key, args,

@@ -379,8 +379,15 @@ class Result:
             self._verdicts = judge_fits(self.info.layout, [weights] if self.batch is None else weights, samples,
                                         mean, self.fit_diagnostics(), self.verdict_condition(),
                                         self.structure_reasons, batched=self.batch is not None, given_shift=given,
-                                        collapsed=self.collapsed_weights, wide=self._second_opinion())
+                                        collapsed=self.collapsed_weights, wide=self._second_opinion(),
+                                        precision_eps=self.precision_eps())
         return self._verdicts
+
+    def precision_eps(self) -> Optional[float]:
+        """The machine epsilon the curvature was decomposed in, where it says (a float32 fit finished
+        in float64: :func:`~numpyro_lm.approximations.joint._in_float64`), else ``None`` (the mean's)."""
+        eps = getattr(self.gaussian.curvature, "eps", None)
+        return None if eps is None else float(np.max(np.asarray(jax.device_get(eps))))
 
     def _second_opinion(self):
         """``i -> WideCheck`` (:mod:`numpyro_lm.checks.wide`) for one data set of at most

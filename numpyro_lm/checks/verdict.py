@@ -224,7 +224,8 @@ def judge(khat: float, num_samples: int, ess: float, shift: dict, *, converged: 
 
 
 def judge_fits(layout, weights: list, samples: dict, mean, fit: dict, condition, structure_reasons, *,
-               batched: bool = False, given_shift=None, collapsed: bool = False, wide=None) -> list:
+               batched: bool = False, given_shift=None, collapsed: bool = False, wide=None,
+               precision_eps: Optional[float] = None) -> list:
     """:func:`judge` for each data set of a fit: ``weights`` its PSIS (one per data set), ``samples``
     the weighted draws ``{site: array}`` (a leading data-set axis where ``batched``), ``mean`` the
     Gaussian's mean, ``fit`` the fit's diagnostics (``converged``, ``positive_definite``: a number
@@ -235,9 +236,10 @@ def judge_fits(layout, weights: list, samples: dict, mean, fit: dict, condition,
     measured itself (one data set; a nested fit's scalar blocks), used for those sites in place
     of the draws' (which ``samples`` may then leave out). ``collapsed``: the weights are over a
     few coordinates with the rest integrated out (``judge``'s ``near_uniform_ok``). ``wide(i)``: data set
-    ``i``'s Student-t second opinion (``judge``'s ``wide``), asked for only where its k-hat fails."""
+    ``i``'s Student-t second opinion (``judge``'s ``wide``), asked for only where its k-hat fails.
+    ``precision_eps``: the machine epsilon the curvature was decomposed in (default: the mean's dtype's)."""
     given_shift = dict(given_shift or {})
-    eps = float(np.finfo(np.asarray(mean).dtype).eps)
+    eps = float(np.finfo(np.asarray(mean).dtype).eps) if precision_eps is None else precision_eps
     mean = np.asarray(mean).astype(np.float64).reshape(len(weights), -1)
     edges = [s for s in layout.sites if s.basis in ("log", "logit")]
     verdicts = []

@@ -71,14 +71,17 @@ class Curvature(Protocol):
     def spectrum(self): ...
 
 
-def singular_floor(eigenvalues):
+def singular_floor(eigenvalues, eps=None):
     """Eigenvalues of a symmetric matrix below this are numerically zero.
 
     Rounding alone can make a zero eigenvalue slightly positive: the typical rounding
-    error of an eigenvalue is ``eps * max``, ``sqrt(D)`` of them summed at random.
+    error of an eigenvalue is ``eps * max``, ``sqrt(D)`` of them summed at random. ``eps``:
+    the machine epsilon of the precision the eigenvalues were computed in (default: their
+    dtype's; a decomposition made in float64 and kept in float32 passes float64's).
     """
     d = eigenvalues.shape[-1]
-    return jnp.sqrt(d) * jnp.finfo(eigenvalues.dtype).eps * jnp.max(jnp.abs(eigenvalues))
+    eps = jnp.finfo(eigenvalues.dtype).eps if eps is None else eps
+    return jnp.sqrt(d) * eps * jnp.max(jnp.abs(eigenvalues))
 
 
 def eigenvalue_range(curvature):

@@ -39,6 +39,11 @@ from .base import PEAKED, singular_floor
 __all__ = ["DenseCurvature", "CholeskyCurvature"]
 
 
+def _eps(w):
+    """The machine epsilon of ``w``'s dtype, as an array (a leaf that follows vmap and casts)."""
+    return jnp.asarray(jnp.finfo(w.dtype).eps, w.dtype)
+
+
 def _rows(matrix, index):
     """``matrix[index]`` for an index of shape ``(..., k)``: ``(..., k, D)``."""
     return jnp.take(matrix, jnp.asarray(index), axis=0)
@@ -51,6 +56,9 @@ class DenseCurvature(NamedTuple):
     eigenvalues: jnp.ndarray  # (D,) ascending, of the scaled precision D H D
     eigenvectors: jnp.ndarray  # (D, D), columns, of the scaled precision
     scale: jnp.ndarray  # (D,) diag(H)^-1/2, or sqrt(diag(cov)) from a covariance (1 where not positive)
+    # () the machine epsilon of the precision the decomposition was made in, which judges its
+    # eigenvalues (singular_floor); None: the arrays' own dtype's
+    eps: jnp.ndarray = None
 
     @classmethod
     def from_precision(cls, precision) -> "DenseCurvature":
@@ -59,7 +67,7 @@ class DenseCurvature(NamedTuple):
         good = jnp.isfinite(diagonal) & (diagonal > 0)
         scale = jnp.where(good, 1.0 / jnp.sqrt(jnp.where(good, diagonal, 1.0)), 1.0)
         w, q = eigh(scale[:, None] * precision * scale[None, :])
-        return cls(precision, w, q, scale)
+        return cls(precision, w, q, scale, _eps(w))
 
     @classmethod
     def from_covariance(cls, cov) -> "DenseCurvature":
@@ -72,7 +80,7 @@ class DenseCurvature(NamedTuple):
         v, q = eigh(cov / scale[:, None] / scale[None, :])
         # the scaled precision's eigenvalues ascending (1 / the correlation's, reversed)
         w, q = 1.0 / v[::-1], q[:, ::-1]
-        return cls((q * w) @ q.T / scale[:, None] / scale[None, :], w, q, scale)
+        return cls((q * w) @ q.T / scale[:, None] / scale[None, :], w, q, scale, _eps(w))
 
     @property
     def dim(self) -> int:
@@ -81,15 +89,15 @@ class DenseCurvature(NamedTuple):
     def _inverse(self):
         """``1/w``, ``NaN`` where ``w`` is numerically zero or negative."""
         w = self.eigenvalues
-        return jnp.where(w > singular_floor(w), 1.0 / w, jnp.nan)
+        return jnp.where(w > singular_floor(w, self.eps), 1.0 / w, jnp.nan)
 
     def positive(self):
         # the scaled eigenvalues' floor, and no curvature beyond PEAKED (a collapsing scale) where
         # the diagonal spans more than the precision resolves (as an unscaled decomposition saw it)
         diagonal = jnp.abs(jnp.diagonal(self.precision))
         largest = jnp.max(diagonal)
-        peaked = (largest > PEAKED) & (jnp.min(diagonal) < singular_floor(diagonal))
-        return jnp.all(self.eigenvalues > singular_floor(self.eigenvalues)) & ~peaked
+        peaked = (largest > PEAKED) & (jnp.min(diagonal) < singular_floor(diagonal, self.eps))
+        return jnp.all(self.eigenvalues > singular_floor(self.eigenvalues, self.eps)) & ~peaked
 
     def solve(self, v):
         q = self.eigenvectors

@@ -20,9 +20,9 @@ from typing import Callable
 import jax
 import numpy as np
 
-__all__ = ["LATTICE", "LATTICE_COARSE", "LATTICE_LONG", "LONG_LATTICE_MIN", "MAX_HALF", "BATCH", "CELL_BOUND",
-           "SHIFT_ANCHOR", "CHECK_DROP", "INTERPOLATION_GAIN_TOL", "INTERPOLATION_SHIFT_TOL", "shift_anchors", "lattice",
-           "cell_moments", "cell_draws"]
+__all__ = ["LATTICE", "LATTICE_COARSE", "LATTICE_LONG", "LONG_LATTICE_MIN", "MAX_HALF", "BATCH",
+           "CELL_BOUND", "SHIFT_ANCHOR", "CHECK_DROP", "INTERPOLATION_GAIN_TOL", "INTERPOLATION_SHIFT_TOL",
+           "shift_anchors", "lattice", "cell_moments", "cell_draws"]
 
 # (step, log-density drop) of the lattice in standardised units, by dimension
 LATTICE = {1: (0.5, 8.0), 2: (0.75, 9.0), 3: (1.0, 10.5)}
@@ -183,8 +183,9 @@ class _Grid:
 
     def interpolate(self):
         """The anchors' quadratic for the shift and gain at the other points, checked at the
-        farthest point within :data:`CHECK_DROP` of the drop; where an anchor is missing or the check fails, every
-        point computed. Then the lattice grows where the gain lifts points above the cut."""
+        farthest point within :data:`CHECK_DROP` of the drop; where an anchor or a point to check
+        is missing or the check fails, every point computed. Then the lattice grows where the gain
+        lifts points above the cut."""
         values = self.comparable()
         if any(a not in self.where or not np.isfinite(self.row(a, "log_density")) for a in self.anchors):
             return self._shift_all()
@@ -193,16 +194,17 @@ class _Grid:
         self.model = np.linalg.solve(_quadratic_features(z), np.asarray(targets, np.float64))
         near = [(np.sum(np.square(p)), p) for p, v in zip(self.points, values)
                 if p not in self.shifted and v >= np.max(values) - CHECK_DROP * self.drop]
-        if near:
-            check = max(near)[1]
-            fits = self.inner([check], self.row(check, "x")[None], True)
-            predicted = _quadratic_features(np.array([check], np.float64) * self.step) @ self.model
-            sd = np.sqrt(np.asarray(fits.var, np.float64)[0])
-            gain_miss = abs(float(fits.gain[0]) - predicted[0, 0])
-            shift_miss = np.max(np.abs(np.asarray(fits.shift, np.float64)[0] - predicted[0, 1:]) / sd, initial=0.0)
-            self._replace(check, fits)
-            if not (gain_miss <= INTERPOLATION_GAIN_TOL and shift_miss <= INTERPOLATION_SHIFT_TOL):
-                return self._shift_all()
+        if not near:  # nothing to check the quadratic against: the few points there are computed
+            return self._shift_all()
+        check = max(near)[1]
+        fits = self.inner([check], self.row(check, "x")[None], True)
+        predicted = _quadratic_features(np.array([check], np.float64) * self.step) @ self.model
+        sd = np.sqrt(np.asarray(fits.var, np.float64)[0])
+        gain_miss = abs(float(fits.gain[0]) - predicted[0, 0])
+        shift_miss = np.max(np.abs(np.asarray(fits.shift, np.float64)[0] - predicted[0, 1:]) / sd, initial=0.0)
+        self._replace(check, fits)
+        if not (gain_miss <= INTERPOLATION_GAIN_TOL and shift_miss <= INTERPOLATION_SHIFT_TOL):
+            return self._shift_all()
         for p, part in enumerate(self.parts):
             rows = [i for i, point in enumerate(self.points) if self.where[point][0] == p
                     and point not in self.shifted]
@@ -246,10 +248,10 @@ class _Grid:
 def lattice(marginal: Callable, mode, scale, x_mode, coarse: bool = False, batch: int = BATCH,
             interpolate: bool = False):
     """Explore the lattice outwards from the mode (module docstring); ``coarse``: the coarser steps
-    of large models (:data:`LATTICE_COARSE`, :data:`LATTICE_LONG`); ``interpolate``: the shift and gain computed at
-    :func:`shift_anchors` and interpolated elsewhere (module docstring: where they cost more than
-    the fits, the globals' collapsed mode of scalar blocks); ``batch``: the inner fits ``marginal``
-    makes per call.
+    of large models (:data:`LATTICE_COARSE`, :data:`LATTICE_LONG`); ``interpolate``: the shift
+    and gain computed at :func:`shift_anchors` and interpolated elsewhere (module docstring:
+    where they cost more than the fits, the globals' collapsed mode of scalar blocks);
+    ``batch``: the inner fits ``marginal`` makes per call.
 
     Returns ``(step, z (K, d), PointFits of the K points, on-edge mask (K,), slopes, cell shapes)``.
     """
