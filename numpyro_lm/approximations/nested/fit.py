@@ -42,7 +42,7 @@ from .design import NestedDesign, integrate
 from .lattice_design import BATCH
 from .blocks import block_shifts, collapsed_draws, collapsed_weights, find_blocks
 from .mixture import MixtureDraws, draw, mixture_block, mixture_moments, mixture_variances
-from .search import ModeSearch, NonFiniteStart, explore
+from .search import COARSE_MODE_TOL, COARSE_STENCIL_SDS, ModeSearch, NonFiniteStart, explore
 
 __all__ = ["NestedResult", "Coordinates", "nested_coordinates", "MarginalAtPoints", "model_loops", "inner_program",
            "design_draws", "run_nested"]
@@ -412,14 +412,17 @@ def _mode_search(marginal: MarginalAtPoints, info, options, split: Coordinates, 
 
     at_origin = options.init_strategy is None and init_params is None
     start = origin_point(info.layout) if at_origin else start_point()
-    one_at_a_time = marginal.batch == 1
+    # large models' fits are structured and costly: a wider stencil and a looser stop
+    steps = dict(one_at_a_time=marginal.batch == 1)
+    if marginal.structured:
+        steps.update(tol=COARSE_MODE_TOL, stencil_sds=COARSE_STENCIL_SDS)
     try:
-        return explore(marginal, start[split.theta_index], start[split.x_index], one_at_a_time=one_at_a_time)
+        return explore(marginal, start[split.theta_index], start[split.x_index], **steps)
     except NonFiniteStart:
         if not at_origin:
             raise
         start = start_point()
-        return explore(marginal, start[split.theta_index], start[split.x_index], one_at_a_time=one_at_a_time)
+        return explore(marginal, start[split.theta_index], start[split.x_index], **steps)
 
 
 def _mixture_matched(info, design: NestedDesign, split: Coordinates, block_index, made: MixtureDraws, args, kwargs,

@@ -1,9 +1,9 @@
 r"""The mode and curvature of the hyperparameters' Laplace marginal :math:`\log\tilde p(\theta\mid y)`.
 
-Newton ascent with central differences on a stencil of 0.2 posterior SDs, the stencil and
-the line search's candidates each evaluated in one vectorised call of the inner fits. The
-search stops :data:`MODE_TOL` posterior SDs from the mode and takes the last Newton step
-unverified: the design's first point is the inner fit there.
+Newton ascent with central differences on a stencil of 0.2 posterior SDs (0.5 for large
+models), the stencil and the line search's candidates each evaluated in one vectorised call of
+the inner fits. The search stops :data:`MODE_TOL` posterior SDs from the mode (0.1 for large
+models) and takes the last Newton step unverified: the design's first point is the inner fit there.
 """
 
 from __future__ import annotations
@@ -77,41 +77,56 @@ step from far away overshoots where the marginal is flat (from tau = 1 to 3e5 on
 random-effect benchmark, whose mode is at 100: seven iterations back instead of three forward).
 Multiplied by 4 each time a whole clipped step is taken."""
 
-MODE_TOL = 0.1
+MODE_TOL = 0.05
 """Newton decrement (posterior SDs) at which the search stops and takes its last step without
 evaluating there. The design that follows weights each of its points by the marginal there, so
-the centre need not be exact: a centre ``lambda`` SDs off lies ``lambda^2 / 2`` nats (0.005 here)
+the centre need not be exact: a centre ``lambda`` SDs off lies ``lambda^2 / 2`` nats (1e-3 here)
 below the mode, and Newton's quadratic convergence leaves the unverified step about
 ``c lambda^2`` SDs off (the Poisson random-effect benchmark: decrements 3.7, 0.042, 0.005 at
-N = 100 000; 0.89, 0.048, 3e-5 at N = 5 000). At 0.05 the 10^5-group GLMM's search took a
-fourth iteration (three inner fits, 2 s of its 9) for a decrement between 0.05 and 0.1; a
-tolerance of 1e-3 cost two more iterations, a fifth of the inner fits."""
+N = 100 000; 0.89, 0.048, 3e-5 at N = 5 000). A tolerance of 1e-3 cost two more iterations,
+a fifth of the inner fits. Large models: :data:`COARSE_MODE_TOL`."""
+
+COARSE_MODE_TOL = 0.1
+""":data:`MODE_TOL` of large models, whose inner fits are structured and each costs seconds: a
+centre 0.1 SD off is 0.005 nats below the mode, and at 0.05 the 10^5-group GLMM's search took a
+fourth iteration (three inner fits, 2 s of its 9) for a decrement between 0.05 and 0.1. Small
+models keep 0.05: their fits are cheap, and on a GP classification's hyperparameters the design
+around a centre up to 0.1 SD off moved the amplitude's importance shift from 0.08 to 0.10 SD
+(the verdict's limit is 0.09)."""
 
 STALLED_ITERATIONS = 3
 """Iterations (not necessarily in a row) within twice :data:`MODE_TOL` after which the search
 stops where it is. Round-off in the inner fits (float32, or a conditional mode found from another start) moves
 the marginal's values by more than a step this short gains, so a line search may keep
 "improving" on noise with the decrement stuck between the tolerance and twice it: NumPyro's
-mortality example ended after 50 iterations at 0.088 SDs. Within 0.2 SDs the centre lies 0.02
-nats below the mode, which the design's weights absorb (:data:`MODE_TOL`)."""
+mortality example ended after 50 iterations at 0.088 SDs. Within 0.1 SDs the centre lies 0.005
+nats below the mode, which the design's weights absorb (:data:`MODE_TOL`; 0.2 and 0.02 for large
+models)."""
 
-STENCIL_SDS = 0.5
-"""The central differences' step, in the current posterior SDs. Each off-centre inner fit ends
-within its tolerance of its mode, below the centre's (the search's accepted point, fitted to the
-end): that deficit over a step of ``h`` SDs inflates the curvature by about ``2 deficit / h^2``.
-At 0.2 SDs over 10^5 AR(1) steps one axis's curvature came out several times too large, and the
-search converged linearly (its decrement halving over 11 iterations, 243 inner fits)."""
+STENCIL_SDS = 0.2
+"""The central differences' step, in the current posterior SDs: local, for the small models'
+curvature (a GP classification's hyperparameters at 0.5: the design's draws' k-hat 0.48 -> 0.67
+and an amplitude 0.10 SD off a long NUTS run, 0.086 at 0.2). Large models:
+:data:`COARSE_STENCIL_SDS`."""
+
+COARSE_STENCIL_SDS = 0.5
+""":data:`STENCIL_SDS` of large models. Each off-centre inner fit ends within its tolerance below
+its mode, below the centre's (the search's accepted point, fitted to the end): that deficit over
+a step of ``h`` SDs inflates the curvature by about ``2 deficit / h^2``. At 0.2 SDs over 10^5
+AR(1) steps one axis's curvature came out several times too large, and the search converged
+linearly (its decrement halving over 11 iterations, 243 inner fits)."""
 MIN_STENCIL = 1e-4
 """The smallest difference step (basis units) the search shrinks to where the marginal is not
 finite beside the point; below it the differences are float32 round-off."""
 
 
-def explore(marginal: Callable, theta0, x0, max_iter: int = 50, tol: float = MODE_TOL, one_at_a_time: bool = False):
+def explore(marginal: Callable, theta0, x0, max_iter: int = 50, tol: float = MODE_TOL, one_at_a_time: bool = False,
+            stencil_sds: float = STENCIL_SDS):
     """Mode and curvature of ``log p~(theta)``.
 
     ``marginal(thetas (K, d), x0s (K, Dx), with_shift=False) -> PointFits``.
 
-    Newton ascent with central differences at :data:`STENCIL_SDS` current posterior SDs (0.05 basis units
+    Newton ascent with central differences at ``stencil_sds`` current posterior SDs (0.05 basis units
     at the start), each step at most :data:`TRUST_RADIUS` long (growing where whole steps are
     taken), backtracking over 8 step lengths evaluated in one call (one at a time, longest
     first, where ``one_at_a_time``: large models fit one point per call). The point a line
@@ -162,7 +177,7 @@ def explore(marginal: Callable, theta0, x0, max_iter: int = 50, tol: float = MOD
         stalled += int(decrement < 2 * tol and positive)
         if (decrement < tol and positive) or stalled >= STALLED_ITERATIONS:
             return found(step)
-        h = np.clip(STENCIL_SDS * sd, 1e-3, 0.5)
+        h = np.clip(stencil_sds * sd, 1e-3, 0.5)
         length = float(np.linalg.norm(step))
         clipped = length > radius
         if clipped:  # far from the mode the local quadratic says little about where it is
