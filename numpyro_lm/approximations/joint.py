@@ -19,7 +19,8 @@ import numpy as np
 
 from ..checks.covariance import failure_cause
 from ..checks.boundary import boundary_hyperparameters, boundary_message
-from ..checks.errors import FitChecks, NotPositiveDefiniteError, check_fit, convergence_warning, fit_error
+from ..checks.errors import (FitChecks, NotPositiveDefiniteError, check_fit, clearly_negative, convergence_warning,
+                             fit_error)
 from ..checks.verdict import distinct_modes
 from ..core.curvature_choice import StructureError, structure_message
 from ..curvature import DenseCurvature
@@ -229,7 +230,7 @@ def _in_float64(result: JointResult, polish) -> Optional[JointFit]:
             or jnp.result_type(float) != jnp.float32):
         return None
     w, precision = (np.asarray(a, np.float64) for a in jax.device_get((curvature.eigenvalues, curvature.precision)))
-    if (not np.all(np.isfinite(w)) or w[0] < -np.sqrt(np.finfo(np.float32).eps) * max(abs(w[-1]), 1.0)
+    if (not np.all(np.isfinite(w)) or clearly_negative(w, float(np.finfo(np.float32).eps))
             or np.max(np.abs(np.diagonal(precision))) > PEAKED):
         return None  # a saddle, or a search run into a collapsing scale: no precision resolves either
     fitted = in_float64(polish, (result.state.mode, result.keys), result.args, result.kwargs)

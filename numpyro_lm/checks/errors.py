@@ -15,7 +15,8 @@ import numpy as np
 from ..curvature import singular_floor
 from ..curvature.base import PEAKED
 
-__all__ = ["NotPositiveDefiniteError", "FitChecks", "fit_error", "convergence_warning", "check_fit", "not_positive_definite"]
+__all__ = ["NotPositiveDefiniteError", "FitChecks", "fit_error", "convergence_warning", "check_fit", "clearly_negative",
+           "not_positive_definite"]
 
 
 class NotPositiveDefiniteError(ValueError):
@@ -35,6 +36,13 @@ class FitChecks:
 
 def _where(data_set: Optional[int]) -> str:
     return "" if data_set is None else f"data set {data_set}: "
+
+
+def clearly_negative(eigval, eps: float) -> bool:
+    """Whether the smallest of the ascending eigenvalues ``eigval`` is negative beyond round-off in
+    a precision of machine epsilon ``eps`` (``sqrt(eps)`` of the largest): a saddle, which no
+    precision resolves."""
+    return bool(eigval[0] < -np.sqrt(eps) * max(abs(eigval[-1]), 1.0))
 
 
 def not_positive_definite(layout, curvature, data_set: Optional[int] = None) -> NotPositiveDefiniteError:
@@ -63,7 +71,7 @@ def not_positive_definite(layout, curvature, data_set: Optional[int] = None) -> 
     top = np.argsort(-weights)[:5]
     where = ", ".join(f"{layout.coordinate(int(i))} ({weights[i]:.2f})" for i in top if weights[i] > 1e-3)
     eps = float(np.finfo(dtype).eps)
-    if eigval[0] < -np.sqrt(eps) * max(abs(eigval[-1]), 1.0):
+    if clearly_negative(eigval, eps):
         # clearly negative, not round-off: the density curves downwards-up here
         hint = ("the search ended at a saddle point, not a mode (the density rises along these directions: a "
                 "symmetric mixture, a double well, a start at a symmetric point); start elsewhere: init_params=, "
