@@ -17,6 +17,7 @@ programs (:func:`numpyro_lm.runtime.programs.program`).
 
 from __future__ import annotations
 
+import weakref
 from functools import partial
 from typing import Callable, NamedTuple, Optional
 
@@ -208,7 +209,7 @@ class TracedModels:
 
     def __init__(self, model, bases: Optional[dict] = None, families: Optional[dict] = None):
         self.model, self.bases, self.families = model, bases, families
-        self._infos, self._static = {}, {}
+        self._infos, self._static = _shared_traces(model, SiteChoice.of(bases, families))
 
     def info(self, args, kwargs, batch_axes=None) -> ModelInfo:
         """The traced model for these arguments; ``batch_axes``: those array arguments carry a
@@ -234,6 +235,24 @@ class TracedModels:
             return args, kwargs, info
         args, kwargs = mark_static(args, kwargs, static)
         return args, kwargs, self.info(args, kwargs)
+
+
+_TRACES = weakref.WeakKeyDictionary()
+"""``{model: {SiteChoice: (infos, static positions)}}``: the traces of a model kept while the model
+lives, shared by every :class:`TracedModels` of it, so that a new ``LaplaceMatching(model)`` runs
+warm as ``jax.jit`` does for a function it has seen (tracing a model and finding its dependencies
+was half of a warm call on eight schools: 20 of 40 ms)."""
+
+
+def _shared_traces(model, choice: SiteChoice) -> tuple:
+    """``(infos, static)`` dicts for ``model`` with ``choice``: shared where the model can be
+    weakly referenced (a function, a ``functools.partial``), fresh otherwise (a bound method is
+    a new object at each access: nothing to share)."""
+    try:
+        by_choice = _TRACES.setdefault(model, {})
+    except TypeError:
+        return {}, {}
+    return by_choice.setdefault(choice, ({}, {}))
 
 
 def _empty_as_constant(value):

@@ -9,6 +9,7 @@ import pytest
 from numpyro.infer.initialization import init_to_value
 
 from numpyro_lm import laplace, model_info
+from numpyro_lm.core.model import TracedModels
 
 pytestmark = pytest.mark.usefixtures("x64")
 
@@ -124,3 +125,26 @@ def test_a_site_inside_scan_has_the_log_density_of_the_same_site_outside(prior):
     assert a.layout.sites[0].basis == b.layout.sites[0].basis
     np.testing.assert_allclose(a.log_density(z, (y,)), b.log_density(z, (y,)), rtol=1e-12)
     np.testing.assert_allclose(jax.grad(a.log_density)(z, (y,)), jax.grad(b.log_density)(z, (y,)), rtol=1e-12)
+
+
+def test_a_model_is_traced_once_for_every_object_that_fits_it():
+    # a new LaplaceMatching(model) runs warm, as jax.jit does for a function it has seen: the
+    # trace is shared while the model lives; other overrides or shapes trace again
+    calls = []
+
+    def model(y):
+        calls.append(1)
+        mu = numpyro.sample("mu", dist.Normal(0.0, 1.0))
+        numpyro.sample("y", dist.Normal(mu, 1.0), obs=y)
+
+    y = jnp.zeros(3)
+    first = TracedModels(model).inputs((y,), {})[2]
+    traced = len(calls)
+    assert traced > 0
+    assert TracedModels(model).inputs((y,), {})[2] == first
+    assert len(calls) == traced
+    TracedModels(model, bases={"mu": "identity"}).inputs((y,), {})
+    assert len(calls) > traced
+    traced = len(calls)
+    TracedModels(model).inputs((jnp.zeros(4),), {})
+    assert len(calls) > traced
