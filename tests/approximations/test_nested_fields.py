@@ -162,3 +162,18 @@ def test_a_band_that_holds_only_at_the_start_gives_way_to_the_dense_hessian():
     lm.run(jax.random.PRNGKey(0), ar1_data(70))
     assert lm.diagnostics()["nested_design_points"] > 0
     assert np.all(np.isfinite(np.asarray(lm.get_samples()["rho"])))
+
+
+@pytest.mark.parametrize("size, loops, batch", [(200, True, 8), (20_000, True, 8), (30_000, True, 1),
+                                                (100_000, True, 1), (200, False, 1)])
+def test_a_long_looping_models_inner_fits_go_one_at_a_time(size, loops, batch):
+    # vmapped fits of a loop share its steps' fixed cost; over 10^5 steps there is none left to
+    # share and a batch costs its whole work (fit.LOOP_BATCH_NUMBERS)
+    from types import SimpleNamespace
+
+    from numpyro_lm.approximations.nested.fit import LOOP_BATCH_NUMBERS, MarginalAtPoints
+
+    layout = SimpleNamespace(size=size, observed_size=size)
+    marginal = MarginalAtPoints(None, True, layout, None, np.float32, None, (), {}, loops=loops)
+    assert LOOP_BATCH_NUMBERS == 50_000  # latent and observed numbers: 2 * size here
+    assert marginal.batch == batch

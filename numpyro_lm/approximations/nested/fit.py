@@ -44,8 +44,8 @@ from .blocks import block_shifts, collapsed_draws, collapsed_weights, find_block
 from .mixture import MixtureDraws, draw, mixture_block, mixture_moments, mixture_variances
 from .search import COARSE_MODE_TOL, COARSE_STENCIL_SDS, ModeSearch, NonFiniteStart, explore
 
-__all__ = ["NestedResult", "Coordinates", "nested_coordinates", "MarginalAtPoints", "model_loops", "inner_program",
-           "design_draws", "run_nested"]
+__all__ = ["NestedResult", "Coordinates", "nested_coordinates", "MarginalAtPoints", "LOOP_BATCH_NUMBERS", "model_loops",
+           "inner_program", "design_draws", "run_nested"]
 
 
 def _inner(info, tol, max_iter, theta_index: tuple, gaussian_cols: tuple, curvature: str, plate, entry_sites,
@@ -286,19 +286,31 @@ def model_loops(info, args, kwargs) -> bool:
     return density_profile(info, args, kwargs)[1]
 
 
+LOOP_BATCH_NUMBERS = 50_000
+"""Latent and observed numbers below which a model that loops fits :data:`~.lattice_design.BATCH`
+points per call (vmapped: they share each step's fixed cost), one at a time from there (the mode
+search's line search then tries one length at a time). Sixteen inner fits of an AR(1) trend of
+Poisson counts, eight per call against one: 0.22 / 0.22-0.24 s over 4000 steps, 0.52-0.61 /
+0.49-0.54 s over 10^4, 6.0 / 5.1-5.4 s over 10^5; eight against one over 2000 steps 0.032 /
+0.007 s (1.75x less a fit batched). The whole call over 10^5 steps: 137 -> 112 s, peak memory
+6.0 -> 5.3 GB (the search's 113 inner fits 78); over 10^4 steps one at a time was 2.7 s slower
+(32.3 against 29.6 s cold), hence the threshold above it."""
+
+
 class MarginalAtPoints:
     """The hyperparameters' Laplace marginal at a batch of points, ``(thetas (K, d), x0s (K, Dx),
     with_shift) -> PointFits`` (:func:`_inner` compiled), in fixed-size batches of ``batch`` inner
     fits per call: one compilation serves the mode search's stencil and line search and the
     design. A ``structured`` (block-arrowhead, banded) model fits one point per call (padding a
     batch costs whole fits, which large models cannot spare), unless it ``loops``
-    (:func:`model_loops`: its fits share each step's fixed cost), in float64, and its structure
-    is checked."""
+    (:func:`model_loops`: its fits share each step's fixed cost) and is smaller than
+    :data:`LOOP_BATCH_NUMBERS`, in float64, and its structure is checked."""
 
     def __init__(self, inner, structured: bool, layout, options: FitOptions, dtype, bar, args, kwargs, ids=(),
                  loops: bool = False):
         self.inner, self.structured, self.layout, self.options, self.dtype = inner, structured, layout, options, dtype
-        self.batch = BATCH if loops or not structured else 1
+        numbers = layout.size + layout.observed_size
+        self.batch = BATCH if (loops and numbers < LOOP_BATCH_NUMBERS) or not structured else 1
         self.bar, self.args, self.kwargs = bar, args, kwargs
         self.ids = ids  # the blocks' entries' ids (:func:`~numpyro_lm.marginal.block_terms.scalar_block_entries`), device arrays
 
