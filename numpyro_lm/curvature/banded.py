@@ -42,22 +42,56 @@ import numpy as np
 
 from .base import block_by_solves, power_extremes
 
-__all__ = ["BandedCurvature", "band_blocks", "banded_factor", "banded_matvec"]
+__all__ = ["BandedCurvature", "UNROLLED_BLOCK_MAX", "band_blocks", "banded_factor", "banded_matvec"]
+
+
+UNROLLED_BLOCK_MAX = 8
+"""Blocks up to this size are factorised and solved by unrolled elementwise arithmetic inside the
+scans, larger ones by LAPACK: a LAPACK call per step of a scan costs microseconds whatever the
+block (the AR(1) field correction's 4 x 4 blocks over 10^5 coordinates: Cholesky factor and
+covariance band 122 ms with LAPACK, against 4.6 ms for the model's gradient)."""
 
 
 def _chol(a):
     """Lower Cholesky factor of a ``(b, b)`` block (NaN where not positive definite)."""
-    return jnp.sqrt(a) if a.shape[-1] == 1 else jnp.linalg.cholesky(a)
+    size = a.shape[-1]
+    if size == 1:
+        return jnp.sqrt(a)
+    if size > UNROLLED_BLOCK_MAX:
+        return jnp.linalg.cholesky(a)
+    low = {}
+    for j in range(size):
+        low[j, j] = jnp.sqrt(a[..., j, j] - sum(low[j, k] ** 2 for k in range(j)))
+        for i in range(j + 1, size):
+            low[i, j] = (a[..., i, j] - sum(low[i, k] * low[j, k] for k in range(j))) / low[j, j]
+    zero = jnp.zeros_like(a[..., 0, 0])
+    return jnp.stack([jnp.stack([low.get((i, j), zero) for j in range(size)], -1) for i in range(size)], -2)
 
 
 def _lower_solve(d, v):
     """``D^-1 v``, ``d (b, b)`` lower triangular, ``v (b, k)``."""
-    return v / d if d.shape[-1] == 1 else jax.scipy.linalg.solve_triangular(d, v, lower=True)
+    size = d.shape[-1]
+    if size == 1:
+        return v / d
+    if size > UNROLLED_BLOCK_MAX:
+        return jax.scipy.linalg.solve_triangular(d, v, lower=True)
+    rows = []
+    for i in range(size):
+        rows.append((v[i] - sum(d[i, k] * rows[k] for k in range(i))) / d[i, i])
+    return jnp.stack(rows)
 
 
 def _upper_solve(d, v):
     """``D^-T v``."""
-    return v / d if d.shape[-1] == 1 else jax.scipy.linalg.solve_triangular(d, v, lower=True, trans=1)
+    size = d.shape[-1]
+    if size == 1:
+        return v / d
+    if size > UNROLLED_BLOCK_MAX:
+        return jax.scipy.linalg.solve_triangular(d, v, lower=True, trans=1)
+    rows = {}
+    for i in reversed(range(size)):
+        rows[i] = (v[i] - sum(d[k, i] * rows[k] for k in range(i + 1, size))) / d[i, i]
+    return jnp.stack([rows[i] for i in range(size)])
 
 
 def banded_factor(diag, lower):

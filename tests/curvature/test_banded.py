@@ -26,8 +26,10 @@ def random_band(dim, half_width, seed=0):
     return h, band
 
 
+# padded; aligned; one block; blocks unrolled (UNROLLED_BLOCK_MAX) and by LAPACK
 @pytest.mark.parametrize("dim,half_width", [(11, 2), pytest.param(12, 1, marks=pytest.mark.slow),
-                                            pytest.param(3, 2, marks=pytest.mark.slow)])  # padded; aligned; one block
+                                            pytest.param(3, 2, marks=pytest.mark.slow), (23, 5),
+                                            pytest.param(30, 9, marks=pytest.mark.slow)])
 def test_operations_match_dense_linear_algebra(dim, half_width):
     """Every operation equals the dense algebra of the same precision, also where the dimension
     is not a multiple of the block size (padded) and where there are fewer than two blocks."""

@@ -31,7 +31,7 @@ def mode_and_band(phi, n):
     return x, h, jnp.stack([jnp.diag(h), jnp.r_[0.0, jnp.diag(h, -1)]], axis=1)
 
 
-@pytest.mark.parametrize("n, rho", [(30, 0.8), (9, 0.3)])  # several blocks; fewer coordinates than two blocks
+@pytest.mark.parametrize("n, rho", [(30, 0.8), (9, 0.3), (3, 0.5)])  # several blocks; fewer than two; fewer than one
 def test_the_band_gives_the_dense_expansion(n, rho):
     """The correction read off the band (a solve, the Takahashi blocks) equals the expansion's three
     terms with the dense inverse, its cubic sum over pairs up to 4 apart and beyond (here the
