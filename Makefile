@@ -57,6 +57,7 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/laplace_nuts_timing.py
 	$(PY) benchmarks/latent_gp.py
 	$(PY) benchmarks/fields.py
+	$(PY) benchmarks/fields_long.py
 	$(PY) benchmarks/inla.py
 
 # The site, warnings as errors; the quick examples run as it builds (sphinx-gallery).

@@ -152,8 +152,8 @@ def _nuts(model, args, out):
                          float(1 / np.sqrt(effective_sample_size(d[None]))))
 
 
-def assess(name: str, size: int) -> dict:
-    """One model and size, in this process (``--one name size``)."""
+def assess(name: str, size: int, warm: bool = True) -> dict:
+    """One model and size, in this process (``--one name size``; ``--one name size cold``: no warm call)."""
     warnings.simplefilter("ignore")
     model, data, truth, sizes, latent, _ = MODELS[name]
     args = data(size)
@@ -161,7 +161,7 @@ def assess(name: str, size: int) -> dict:
     cold, samples, diagnostics = _lm(lm, args, 0)
     smallest = size == sizes[0]
     repeats = WARM_REPEATS if smallest else 1  # a long field's call takes up to a minute
-    warm = float(np.median([_lm(lm, args, k)[0] for k in range(1, repeats + 1)]))
+    warm = float(np.median([_lm(lm, args, k)[0] for k in range(1, repeats + 1)])) if warm else None
     out = {"model": name, "size": size, "latent": latent(size), "lm_cold": cold, "lm_warm": warm,
            "trusted": bool(diagnostics["trusted"]),
            "memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -183,7 +183,8 @@ def row(r: dict) -> str:
                 f"{r['gap'][worst][1]:.2f})")
     else:
         nuts = "- | - | - | -"
-    return (f"| {words} | {r['latent']:,} | {r['lm_cold']:.1f} / {r['lm_warm']:.2f} | {r['memory_mb']:,.0f} | {nuts} | "
+    warm = "-" if r["lm_warm"] is None else f"{r['lm_warm']:.2f}"
+    return (f"| {words} | {r['latent']:,} | {r['lm_cold']:.1f} / {warm} | {r['memory_mb']:,.0f} | {nuts} | "
             f"{r['trusted']} | {r['trail']} | {lm} | {r['truth_inside']} |")
 
 
@@ -213,6 +214,6 @@ ALL = [(name, size) for name, spec in MODELS.items() for size in spec[3]]
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--one"]:
-        print(json.dumps(assess(sys.argv[2], int(sys.argv[3]))))
+        print(json.dumps(assess(sys.argv[2], int(sys.argv[3]), warm=sys.argv[4:5] != ["cold"])))
     else:
         main([(a.split(":")[0], int(a.split(":")[1])) for a in sys.argv[1:]] or ALL)
