@@ -369,7 +369,7 @@ def test_scalar_block_marginal_matches_the_exact_integral(x64):
     4e-3 and 7e-4; without the globals' shift 0.010 and 0.019), where the joint Laplace
     marginal's are off by 0.11 and 0.13."""
     from numpyro_lm.core.model import model_info
-    from numpyro_lm.approximations.nested.fit import inner_program
+    from numpyro_lm.approximations.nested.inner import inner_program
     from numpyro_lm.mode.derivatives import value_grad_hessian
 
     rng = np.random.default_rng(0)

@@ -47,7 +47,7 @@ def test_a_looping_models_inner_fits_batched_equal_one_at_a_time():
     """The AR(1) model loops (scan): its inner fits are vmapped eight at a time; at the same points
     they give what one after another (lax.map) gives, to float64 round-off of Newton's stopping
     point (tolerance 1e-10 on the decrement)."""
-    from numpyro_lm.approximations.nested.fit import inner_program, model_loops
+    from numpyro_lm.approximations.nested.inner import inner_program, model_loops
     from numpyro_lm.core.model import model_info
     from numpyro_lm.mode.banded_hessian import BandedHessian
     from numpyro_lm.runtime.programs import in_float64
@@ -168,10 +168,10 @@ def test_a_band_that_holds_only_at_the_start_gives_way_to_the_dense_hessian():
                                                 (100_000, True, 1), (200, False, 1)])
 def test_a_long_looping_models_inner_fits_go_one_at_a_time(size, loops, batch):
     # vmapped fits of a loop share its steps' fixed cost; over 10^5 steps there is none left to
-    # share and a batch costs its whole work (fit.LOOP_BATCH_NUMBERS)
+    # share and a batch costs its whole work (inner.LOOP_BATCH_NUMBERS)
     from types import SimpleNamespace
 
-    from numpyro_lm.approximations.nested.fit import LOOP_BATCH_NUMBERS, MarginalAtPoints
+    from numpyro_lm.approximations.nested.inner import LOOP_BATCH_NUMBERS, MarginalAtPoints
 
     layout = SimpleNamespace(size=size, observed_size=size)
     marginal = MarginalAtPoints(None, True, layout, None, np.float32, None, (), {}, loops=loops)

@@ -35,7 +35,7 @@ def test_the_globals_reach_the_mode_of_their_collapsed_density(x64):
     within 0.021 SD (measured), and the collapsed density's rise, 8.948 nats, within 0.035 where
     the one-step formula gives 8.420. Bounds: 0.05 SD and 0.1 nats, a fifth of the one step's
     errors."""
-    from numpyro_lm.approximations.nested.fit import inner_program
+    from numpyro_lm.approximations.nested.inner import inner_program
     from numpyro_lm.core.model import model_info
 
     num_groups, per_group, sigma = 12_000, 4, 1.5

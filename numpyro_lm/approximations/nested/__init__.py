@@ -60,7 +60,8 @@ matched families.
 
 from .design import CCD_F0, NestedDesign, ccd_points, integrate
 from .lattice_design import LATTICE, cell_draws, cell_moments, lattice
-from .fit import Coordinates, MarginalAtPoints, NestedResult, nested_coordinates, run_nested
+from .fit import Coordinates, NestedResult, nested_coordinates, run_nested
+from .inner import MarginalAtPoints
 from .mixture import draw, mixture_moments
 from .search import ModeSearch, NonFiniteStart, explore
 

@@ -65,7 +65,7 @@ between a Gaussian and its first Edgeworth correction (the CDFs differ by
 class Field(NamedTuple):
     """A nested fit's field, integrated out in its verdict: the hyperparameters' flat coordinates
     (``theta_index``), the inner fits at any points (``marginal``:
-    :class:`~.fit.MarginalAtPoints`) and the field's sites' shifts (``shift``: module docstring)."""
+    :class:`~.inner.MarginalAtPoints`) and the field's sites' shifts (``shift``: module docstring)."""
 
     theta_index: np.ndarray
     marginal: object
