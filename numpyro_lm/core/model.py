@@ -17,7 +17,7 @@ programs (:func:`numpyro_lm.runtime.programs.program`).
 
 from __future__ import annotations
 
-import weakref
+from collections import OrderedDict
 from functools import partial
 from typing import Callable, NamedTuple, Optional
 
@@ -237,22 +237,28 @@ class TracedModels:
         return args, kwargs, self.info(args, kwargs)
 
 
-_TRACES = weakref.WeakKeyDictionary()
-"""``{model: {SiteChoice: (infos, static positions)}}``: the traces of a model kept while the model
-lives, shared by every :class:`TracedModels` of it, so that a new ``LaplaceMatching(model)`` runs
-warm as ``jax.jit`` does for a function it has seen (tracing a model and finding its dependencies
-was half of a warm call on eight schools: 20 of 40 ms)."""
+TRACED_MODELS_KEPT = 64
+"""Models whose traces are kept for every :class:`TracedModels` of them (the most recently fitted),
+so that a new ``LaplaceMatching(model)`` runs warm as ``jax.jit`` does for a function it has
+seen: tracing a model and finding its dependencies was half of a warm call on eight schools (20
+of 40 ms). Bounded: a trace holds its model (and whatever data the model closes over)."""
+
+_TRACES: "OrderedDict" = OrderedDict()  # {(model, SiteChoice): (infos, static positions)}, oldest first
 
 
 def _shared_traces(model, choice: SiteChoice) -> tuple:
-    """``(infos, static)`` dicts for ``model`` with ``choice``: shared where the model can be
-    weakly referenced (a function, a ``functools.partial``), fresh otherwise (a bound method is
-    a new object at each access: nothing to share)."""
+    """``(infos, static)`` dicts for ``model`` with ``choice``, shared by every :class:`TracedModels`
+    of it while it is among the :data:`TRACED_MODELS_KEPT` last; fresh for a model that cannot be
+    hashed."""
     try:
-        by_choice = _TRACES.setdefault(model, {})
+        key = (model, choice)
+        shared = _TRACES.pop(key, None) or ({}, {})
     except TypeError:
         return {}, {}
-    return by_choice.setdefault(choice, ({}, {}))
+    _TRACES[key] = shared
+    while len(_TRACES) > TRACED_MODELS_KEPT:
+        _TRACES.popitem(last=False)
+    return shared
 
 
 def _empty_as_constant(value):

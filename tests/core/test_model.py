@@ -148,3 +148,28 @@ def test_a_model_is_traced_once_for_every_object_that_fits_it():
     traced = len(calls)
     TracedModels(model).inputs((jnp.zeros(4),), {})
     assert len(calls) > traced
+
+
+def test_the_shared_traces_are_bounded():
+    # a trace holds its model and what the model closes over: the oldest are let go, and a model
+    # fitted again after TRACED_MODELS_KEPT others is traced again
+    from numpyro_lm.core.model import TRACED_MODELS_KEPT
+
+    calls = []
+
+    def make(counted=False):
+        def model():
+            if counted:
+                calls.append(1)
+            numpyro.sample("mu", dist.Normal(0.0, 1.0))
+        return model
+
+    first = make(counted=True)
+    TracedModels(first).inputs((), {})
+    traced = len(calls)
+    TracedModels(first).inputs((), {})
+    assert len(calls) == traced
+    for _ in range(TRACED_MODELS_KEPT):
+        TracedModels(make()).inputs((), {})
+    TracedModels(first).inputs((), {})
+    assert len(calls) > traced
