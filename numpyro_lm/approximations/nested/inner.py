@@ -175,7 +175,6 @@ class MarginalAtPoints:
         return jax.device_get(self.inner(arrays, self.args, self.kwargs))
 
 
-
 def _check_structure(layout, options, errors, dtype):
     """Refuse inner fits whose structure did not hold (:mod:`numpyro_lm.mode.hessian`)."""
     errors = np.asarray(errors)
