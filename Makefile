@@ -27,8 +27,9 @@ demo: $(VENV)/.installed
 
 # A worker that crashes ends the run at once: once (of six runs) XLA segfaulted while compiling
 # and the replacement worker hung the suite instead of failing it. Tests marked slow (long
-# end-to-end runs: the docs' pages, MCMC chains, the third-party models, large structured fits)
-# run where CI=true, and with `make test-all`; the default subset takes a few minutes on 2 cores.
+# end-to-end runs: the docs' pages, MCMC chains, the third-party models, large structured fits,
+# and any test over about 3 s on 2 cores) run where CI=true, and with `make test-all`; the default
+# subset keeps a fresh clone's `make test` under 5 minutes on 2 cores.
 SLOW := $(if $(CI),,-m "not slow")
 test: $(VENV)/.installed-dev
 	$(PY) -m pytest -q -n auto --dist loadfile --max-worker-restart=0 $(SLOW) tests

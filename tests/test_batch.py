@@ -95,6 +95,7 @@ def regression(x, y, scale=1.0):
     numpyro.sample("y", dist.Normal(x @ beta, scale), obs=y)
 
 
+@pytest.mark.slow
 def test_shared_arguments_and_float32(x32):
     x = jax.random.normal(KEY, (20, 2))
     ys = x @ jnp.array([1.0, -1.0]) + jax.random.normal(jax.random.PRNGKey(1), (4, 20))
@@ -138,6 +139,7 @@ def poisson_rate(y):
         numpyro.sample("y", dist.Poisson(rate), obs=y)
 
 
+@pytest.mark.slow
 def test_a_failed_data_set_is_named_as_run_names_it_and_the_rest_stay_usable():
     y = np.array(counts(3, n=8, seed=3))
     y[2, 3] = np.nan
@@ -162,6 +164,7 @@ def test_an_empty_batch_and_a_forgotten_batch_axis_are_explained(y, message):
         LaplaceMatching(poisson_rate).run_many(KEY, y)
 
 
+@pytest.mark.slow
 def test_a_zero_size_site_is_batched():
     """Draws of a zero-size site next to a Gamma-matched one (a host quantile call) in one vmapped program."""
     def model(y):

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.usefixtures("x64")
 # (make test runs Chi2's first set; CI=true and make test-all every case)
 CASES = [
     pytest.param(family, i, params[i], bases, id=f"{family}-{i + 1}",
-                 marks=() if family == "Chi2" else pytest.mark.slow)
+                 marks=pytest.mark.slow)
     for family, params, bases in distances.experiments()
     for i in ((0, 9) if family in ("Gamma", "Beta") else (0,))
 ]

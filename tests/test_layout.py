@@ -183,6 +183,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_the_flat_layouts_import_paths_still_work_and_name_the_new_place():
     """In a fresh interpreter (a module warns once, when it is first imported): every old path
     imports, warns naming where it went, and gives the same objects as the new place."""

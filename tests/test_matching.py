@@ -244,6 +244,7 @@ def test_draws_follow_matched_marginals():
     assert abs(float(draws.var()) - var) < 5 * var * np.sqrt((excess_kurtosis + 2) / n)
 
 
+@pytest.mark.slow
 def test_dirichlet_draws_follow_matched_dirichlet():
     counts = jnp.array([[3.0, 0.0, 7.0, 1.0]])
     n = 20000
@@ -350,6 +351,7 @@ def test_transformed_gaussian_family_override():
 # -------------------------------------------------------------- compilation reuse
 
 
+@pytest.mark.slow
 def test_second_run_with_same_shapes_does_not_retrace():
     traces = []
 

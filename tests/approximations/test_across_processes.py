@@ -44,6 +44,7 @@ def runs(tmp_path_factory):
     return load(one / "process_0.npz"), [load(two / f"process_{p}.npz") for p in (0, 1)]
 
 
+@pytest.mark.slow
 def test_each_process_holds_what_one_process_would(runs):
     reference, processes = runs
     assert reference["process_count"] == 1

@@ -21,6 +21,7 @@ def poisson_rate(y):
     numpyro.sample("y", dist.Poisson(rate), obs=y)
 
 
+@pytest.mark.slow
 def test_a_trusted_joint_fit_stops_the_search(x32):
     y = jnp.array([3.0, 5.0, 2.0, 4.0])
     with warnings.catch_warnings():
@@ -94,6 +95,7 @@ def test_a_hierarchical_scale_goes_to_nested_laplace_first(x32):
     assert d["hyper"] == ["tau"]
 
 
+@pytest.mark.slow
 def test_a_candidate_that_fails_is_recorded_and_the_next_is_tried(x32, monkeypatch):
     def refuse(*args, **kwargs):
         raise ValueError("no nested fit here")
@@ -106,6 +108,7 @@ def test_a_candidate_that_fails_is_recorded_and_the_next_is_tried(x32, monkeypat
     assert trail[1]["candidate"] == "laplace"
 
 
+@pytest.mark.slow
 def test_strategy_is_checked_and_explicit_options_win():
     with pytest.raises(ValueError, match="strategy"):
         LaplaceMatching(poisson_rate, strategy="fast")

@@ -32,6 +32,7 @@ def nearly_collinear(precision, mean):
     numpyro.factor("likelihood", -0.5 * d @ precision @ d)
 
 
+@pytest.mark.slow
 def test_a_curvature_float32_cannot_resolve_is_finished_in_float64(monkeypatch, x32):
     """The scaled precision's smallest eigenvalue, 2^-22 = 2.4e-7, lies below float32's singular
     floor (sqrt(10) eps32 x 2 = 7.5e-7) and far above float64's: the fit is finished in float64

@@ -49,7 +49,8 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("name, hyper, sites", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("name, hyper, sites", [pytest.param(*c, id=c[0], marks=pytest.mark.slow if c[0] == "beta_binomial" else ())
+                                               for c in CASES])
 def test_nested_laplace_matches_long_nuts(name, hyper, sites):
     model, args, kwargs = MODELS[name]()
     ref = reference(name)

@@ -93,6 +93,7 @@ def test_a_long_fields_verdict_integrates_the_field_out():
         assert abs(draws.mean() - TRUTH[site]) < 3 * draws.std(), site
 
 
+@pytest.mark.slow
 def test_a_second_banded_nested_fit_compiles_nothing():
     """A warm call (same shapes, a new key) reuses every program, the band's search included."""
     y = ar1_data(80)

@@ -159,6 +159,7 @@ def eight_schools(sigma, y):
         numpyro.sample("obs", dist.Normal(mu + tau * theta_tilde, sigma), obs=y)
 
 
+@pytest.mark.slow
 def test_eight_schools_khat_flags_the_funnel(x64, capsys):
     y = jnp.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
     sigma = jnp.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])

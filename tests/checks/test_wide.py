@@ -83,6 +83,7 @@ def _truncated_normal_gap(lm):
     return max(g[0] for g in gaps), max(g[1] for g in gaps)
 
 
+@pytest.mark.slow
 def test_an_accurate_fit_beyond_its_own_weights_is_confirmed_and_an_off_one_is_not():
     # the truncation point inside the bulk: loc and scale trade off along a ridge whose tail the
     # fits' Gaussians do not reach (k-hat of their own weights 0.77-0.96 over three seeds)

@@ -311,6 +311,7 @@ def test_the_pseudo_likelihood_site_is_the_groups_gaussians():
         numpyro.handlers.seed(lambda: pseudo_likelihood("y", pseudo, np.zeros(3)), 0)()
 
 
+@pytest.mark.slow
 def test_hyperparameter_draws_average_into_one_prediction():
     # two identical draws predict what one does; the mixture of two different draws has at least
     # the variance of its components' mean (law of total variance)

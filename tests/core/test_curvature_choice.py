@@ -45,6 +45,7 @@ def test_auto_falls_back_to_dense_where_the_plate_does_not_hold():
     assert isinstance(lm.state.curvature, DenseCurvature)
 
 
+@pytest.mark.slow
 def test_memory_guard_refuses_before_allocating():
     def wide(y=None):
         w = numpyro.sample("w", dist.Normal(0, 1).expand([200_000]).to_event(1))

@@ -58,6 +58,7 @@ def gamma_poisson(y):
         numpyro.sample("y", dist.Poisson(lam), obs=y)
 
 
+@pytest.mark.slow
 def test_the_pure_core_vmaps_over_data_sets():
     ys = jax.random.poisson(jax.random.PRNGKey(0), 3.0, (50, 4)).astype(jnp.float64)
     info = model_info(gamma_poisson, (ys[0],))
@@ -99,7 +100,7 @@ def test_obs_mask_entries_the_mask_drops_get_a_standard_normal_density():
     np.testing.assert_allclose(info.log_density(flat, (y, mask), {}), expected, rtol=1e-12)
 
 
-@pytest.mark.parametrize("prior", [dist.HalfNormal(1.0), dist.Beta(2.0, 3.0), dist.Normal(0.0, 2.0)])
+@pytest.mark.parametrize("prior", [dist.HalfNormal(1.0), pytest.param(dist.Beta(2.0, 3.0), marks=pytest.mark.slow), dist.Normal(0.0, 2.0)])
 def test_a_site_inside_scan_has_the_log_density_of_the_same_site_outside(prior):
     """A latent site sampled at each step of numpyro's ``scan`` (log, logit and identity bases):
     its basis log-Jacobian counts once per step, so the density equals that of the vectorised

@@ -28,7 +28,7 @@ def random_band(dim, half_width, seed=0):
 
 # padded; aligned; one block; blocks unrolled (UNROLLED_BLOCK_MAX) and by LAPACK
 @pytest.mark.parametrize("dim,half_width", [(11, 2), pytest.param(12, 1, marks=pytest.mark.slow),
-                                            pytest.param(3, 2, marks=pytest.mark.slow), (23, 5),
+                                            pytest.param(3, 2, marks=pytest.mark.slow), pytest.param(23, 5, marks=pytest.mark.slow),
                                             pytest.param(30, 9, marks=pytest.mark.slow)])
 def test_operations_match_dense_linear_algebra(dim, half_width):
     """Every operation equals the dense algebra of the same precision, also where the dimension
@@ -89,6 +89,7 @@ def test_a_precision_that_is_not_positive_definite_is_flagged():
     assert bool(jnp.all(jnp.isnan(c.variance())))
 
 
+@pytest.mark.slow
 def test_a_batch_of_banded_curvatures_vmaps():
     bands = np.stack([random_band(8, 2, seed=s)[1] for s in range(3)])
     batch = jax.vmap(lambda b: BandedCurvature.from_band(b, 2))(jnp.asarray(bands))

@@ -64,6 +64,7 @@ def test_obs_mask_models_have_no_per_site_entries():
         info.site_log_probs(jnp.zeros(info.size), args)
 
 
+@pytest.mark.slow
 def test_the_blocks_values_sum_to_the_log_density(x64):
     """The blocks' values plus the entries of no block are the model's log density (property)."""
     rng = np.random.default_rng(2)

@@ -71,7 +71,7 @@ def poisson_blocks(v):
             + jnp.sum(COUNTS * rate - jnp.exp(rate)))
 
 
-@pytest.mark.parametrize("offset_sd", [0.0, 0.3])
+@pytest.mark.parametrize("offset_sd", [pytest.param(0.0, marks=pytest.mark.slow), 0.3])
 def test_skewed_blocks_match_one_dimensional_quadrature(x64, offset_sd):
     """Each block's integral, mean and variance against scipy's adaptive quadrature, about the
     blocks' modes or 0.3 SD beside them; Laplace's integral is off by a few hundredths of a nat,
@@ -103,6 +103,7 @@ def test_skewed_blocks_match_one_dimensional_quadrature(x64, offset_sd):
     np.testing.assert_allclose(var, exact_var, rtol=0.01)
 
 
+@pytest.mark.slow
 def test_collapsed_weights_of_an_exact_proposal_are_constant(x64):
     """Draws of mu from its exact posterior with the blocks' exact conditionals: p(mu, y) / q(mu)
     is the evidence p(y) at every draw."""

@@ -5,6 +5,7 @@ import jax
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
+import pytest
 from scipy import optimize, special
 
 
@@ -28,6 +29,7 @@ def _collapsed_log_density(beta, sigma, y):
     return float(np.sum(per_group) - 0.5 * beta**2)
 
 
+@pytest.mark.slow
 def test_the_globals_reach_the_mode_of_their_collapsed_density(x64):
     """At sigma = 1.5, 12 000 groups of four binary observations: the joint mode's intercept is
     4.23 SD from the collapsed density's mode and the one Newton step with the Schur complement

@@ -31,7 +31,7 @@ def mode_and_band(phi, n):
     return x, h, jnp.stack([jnp.diag(h), jnp.r_[0.0, jnp.diag(h, -1)]], axis=1)
 
 
-@pytest.mark.parametrize("n, rho", [(30, 0.8), (9, 0.3), (3, 0.5)])  # several blocks; fewer than two; fewer than one
+@pytest.mark.parametrize("n, rho", [pytest.param(30, 0.8, marks=pytest.mark.slow), (9, 0.3), (3, 0.5)])  # several blocks; fewer than two; fewer than one
 def test_the_band_gives_the_dense_expansion(n, rho):
     """The correction read off the band (a solve, the Takahashi blocks) equals the expansion's three
     terms with the dense inverse, its cubic sum over pairs up to 4 apart and beyond (here the
@@ -47,6 +47,7 @@ def test_the_band_gives_the_dense_expansion(n, rho):
     assert abs(ours - full) < 1e-3 * abs(full)  # the pairs left out: < 0.8^24 of a term each
 
 
+@pytest.mark.slow
 def test_independent_coordinates_are_corrected_towards_their_exact_integrals():
     """Coordinates coupled to nothing (rho = 0): the log integral is a sum of one-dimensional ones,
     computed by quadrature. Laplace is off by 0.0327 nats over the 12 counts (counts 1-12); the
@@ -67,6 +68,7 @@ def test_independent_coordinates_are_corrected_towards_their_exact_integrals():
     assert abs(exact - corrected) < 0.1 * abs(exact - laplace)  # measured 0.0016
 
 
+@pytest.mark.slow
 def test_derivatives_beyond_the_second_that_couple_coordinates_are_refused():
     """A likelihood term over two neighbours (x_{i-1} x_i^2): the third derivatives are not diagonal,
     the sign probe sees it, and no correction is applied."""

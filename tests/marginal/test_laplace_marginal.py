@@ -22,7 +22,7 @@ def poisson_hierarchy(y):
 
 
 @pytest.mark.parametrize("model, y", [
-    pytest.param(gaussian_hierarchy, Y, id="gaussian"),
+    pytest.param(gaussian_hierarchy, Y, id="gaussian", marks=pytest.mark.slow),
     pytest.param(poisson_hierarchy, jnp.array([0.0, 3.0, 1.0, 7.0]), id="poisson", marks=pytest.mark.slow),
 ])
 def test_the_implicit_gradient_matches_finite_differences(x64, model, y):

@@ -27,7 +27,7 @@ def test_laplace_of_a_gaussian_is_the_gaussian():
     np.testing.assert_allclose(state.gaussian.cov, np.linalg.inv(PRECISION), rtol=1e-12)
 
 
-@pytest.mark.parametrize("method", ["newton", "lbfgs"])
+@pytest.mark.parametrize("method", ["newton", pytest.param("lbfgs", marks=pytest.mark.slow)])
 def test_laplace_under_jit_and_vmap_fits_each_data_set(method):
     means = jnp.array([[0.0, 1.0], [2.0, -1.0], [-3.0, 0.5]])
     fit = jax.jit(jax.vmap(lambda m: laplace(lambda x: gaussian_log_density(x, m), jnp.zeros(2), method=method)))
@@ -40,6 +40,7 @@ def test_laplace_under_jit_and_vmap_fits_each_data_set(method):
                                rtol=1e-9)
 
 
+@pytest.mark.slow
 def test_flags_instead_of_errors():
     # a flat direction: the mode search converges, the curvature is singular (flagged)
     state = laplace(lambda x: -0.5 * (x[0] + x[1]) ** 2, jnp.zeros(2))
@@ -52,6 +53,7 @@ def test_flags_instead_of_errors():
     assert not bool(state.info.converged)
 
 
+@pytest.mark.slow
 def test_three_steps_equal_one_call():
     def log_p(x):
         return -jnp.sum((x - 3.0) ** 4) - 1e-3 * jnp.sum(x**2)

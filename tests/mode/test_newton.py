@@ -78,6 +78,7 @@ def test_newton_solves_a_quadratic_in_one_step():
     np.testing.assert_allclose(state.chol @ state.chol.T, a, rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_newton_converges_on_rosenbrock_through_indefinite_hessians():
     state = newton(rosenbrock, newton_init(jnp.array([-1.2, 1.0, 0.5])), 1e-9, 500)
     assert bool(state.converged) and bool(state.positive)

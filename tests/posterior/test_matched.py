@@ -56,6 +56,7 @@ def _with_empty_sites(y):
     numpyro.sample("y", dist.Normal(mu, 1.0), obs=y)
 
 
+@pytest.mark.slow
 def test_zero_size_sites_have_a_posterior_and_a_summary(capsys):
     y = jnp.array([0.5, 1.0])
     lm = LaplaceMatching(_with_empty_sites, num_samples=20).run(jax.random.PRNGKey(0), y)
@@ -76,6 +77,7 @@ def _scale_model(y):
     numpyro.sample("y", dist.Normal(0.0, s), obs=y)
 
 
+@pytest.mark.slow
 def test_a_gaussian_in_the_log_basis_is_a_lognormal_with_its_moments():
     # numpyro's TransformedDistribution(Normal, exp) has no mean (NotImplementedError): the same
     # distribution as a LogNormal has them in closed form
@@ -97,7 +99,7 @@ def _constrained_vectors(y=None):
     numpyro.sample("y", dist.Normal(cut + effect, 1.0).to_event(1), obs=y)
 
 
-@pytest.mark.parametrize("site", ["cut", "effect"])
+@pytest.mark.parametrize("site", [pytest.param("cut", marks=pytest.mark.slow), "effect"])
 def test_moments_without_a_closed_form_are_refused_by_name(site):
     """An ordered or zero-sum site's matched Gaussian, mapped through its basis transform, has
     exact draws and density but no closed-form mean: asking names the site and the way to it

@@ -69,6 +69,7 @@ print("placed")
 """
 
 
+@pytest.mark.slow
 def test_a_fit_placed_on_another_device_stays_there_and_gives_the_same_numbers():
     # a fresh process: XLA's device count is fixed when JAX starts
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

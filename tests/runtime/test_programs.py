@@ -127,6 +127,7 @@ def test_data_converted_earlier_in_float32_still_runs_in_float64():
     assert np.all(np.isfinite([float(v) for v in out.stdout.split()[-2:]]))
 
 
+@pytest.mark.slow
 def test_a_model_closing_over_a_float64_numpy_constant_is_answered_with_a_warning(x32):
     """NumPyro's Dirichlet test model: the concentration a float64 NumPy array in a closure. The
     verdict's float64 program then failed XLA's verifier ("floating point types of different

@@ -11,6 +11,7 @@ from numpyro_lm.runtime.random import log_gamma, normal_rows, uniform_rows
 pytestmark = pytest.mark.usefixtures("x64")
 
 
+@pytest.mark.slow
 def test_normal_rows_are_reproducible_prefix_stable_and_standard():
     key = jax.random.PRNGKey(3)
     a = normal_rows(key, 20000, (2,))

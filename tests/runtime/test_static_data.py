@@ -77,6 +77,7 @@ def test_a_model_that_sizes_its_plate_from_the_data_fits_and_refits():
     assert not np.allclose(np.asarray(lm.posterior["z"].mean), first)
 
 
+@pytest.mark.slow
 def test_new_group_values_give_a_new_program_not_a_stale_one():
     group, y = data()
     lm = LaplaceMatching(grouped, progress_bar=False)
@@ -115,6 +116,7 @@ def test_run_many_refuses_a_model_that_needs_its_data_concretely():
         LaplaceMatching(grouped, progress_bar=False).run_many(jax.random.PRNGKey(0), groups, y=ys)
 
 
+@pytest.mark.slow
 def test_a_sparse_car_priors_adjacency_stays_static():
     """numpyro's CAR(..., is_sparse=True) asks for its adjacency as a NumPy array (a ValueError
     without the word Tracer): the argument is kept static (it raised before), and the counts refit."""

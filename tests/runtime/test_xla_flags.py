@@ -58,6 +58,7 @@ print(float(jnp.max(jnp.abs(back["concentration"] - params["concentration"]))))
     assert float(out.stdout.split()[-1]) < 0.05
 
 
+@pytest.mark.slow
 def test_a_flag_the_user_set_is_kept():
     out = _python("import os, numpyro_lm\nprint(os.environ['XLA_FLAGS'])",
                   flags="--xla_cpu_enable_concurrency_optimized_scheduler=true")
@@ -65,6 +66,7 @@ def test_a_flag_the_user_set_is_kept():
     assert out.stdout.split() == ["--xla_cpu_enable_concurrency_optimized_scheduler=true"]
 
 
+@pytest.mark.slow
 def test_importing_after_jax_started_warns():
     code = ("import warnings, jax.numpy as jnp\njnp.ones(1).block_until_ready()\n"
             "warnings.simplefilter('always')\nimport numpyro_lm")
@@ -73,6 +75,7 @@ def test_importing_after_jax_started_warns():
     assert "could not set XLA_FLAGS" in out.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flags", ["", "--xla_force_host_platform_device_count=2"])
 def test_other_flags_are_kept(flags):
     out = _python("import os, numpyro_lm\nprint(os.environ['XLA_FLAGS'])", flags=flags)

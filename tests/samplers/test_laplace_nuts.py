@@ -168,6 +168,7 @@ def test_a_failed_inner_solve_is_an_infinite_potential_never_a_silent_draw():
     assert int(fields["diverging"].sum()) > 0
 
 
+@pytest.mark.slow
 def test_no_mode_at_the_start_is_a_clear_error():
     def model():
         phi = numpyro.sample("phi", dist.Normal(0.0, 1.0))
@@ -392,6 +393,7 @@ def test_bad_init_params_are_refused_by_name(init_params, message):
         _short_run(Y, init_params=init_params)
 
 
+@pytest.mark.slow
 def test_init_params_as_constrained_values_start_the_chain_there():
     """The form LaplaceMatching.run and MCMC users pass: a dict of named sites (partial: the rest
     from the init strategy); the chain's first warm-up state holds the given hyperparameter."""

@@ -118,7 +118,8 @@ def decay(ts, y=None):
 
 
 # the dense Jacobian (in the slow set), and the site-by-site slope
-@pytest.mark.parametrize("dense_max_dim", [pytest.param(10, marks=pytest.mark.slow), 0])
+@pytest.mark.parametrize("dense_max_dim", [10, 0])
+@pytest.mark.slow
 def test_a_model_with_odeint_gets_its_warm_start_and_posterior(dense_max_dim, x32):
     ts = jnp.linspace(0.0, 2.0, 9)
     lm = LaplaceMatching(decay, strategy="laplace", progress_bar=False).run(KEY, ts, jnp.exp(-0.7 * ts))
