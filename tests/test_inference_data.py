@@ -99,6 +99,7 @@ def test_from_numpyro_matches(fitted):
     np.testing.assert_array_equal(other.sample_stats["log_q"].values, idata.sample_stats["log_q"].values)
 
 
+@pytest.mark.slow
 def test_arviz_functions_run_on_lm_output(fitted):
     lm, idata, (x, group, y) = fitted
     summary = az.summary(idata, var_names=["a", "b", "sigma"], kind="stats")

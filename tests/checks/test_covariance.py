@@ -28,7 +28,7 @@ def _data(n):
 
 
 @pytest.mark.parametrize("n, jitter, named", [
-    (300, 1e-6, True),   # eigenvalues down to round-off: below eps * lambda_max = 3e-5
+    pytest.param(300, 1e-6, True, marks=pytest.mark.slow),  # eigenvalues down to round-off: below eps * lambda_max = 3e-5
     (300, 1e-1, False),  # above n * eps * lambda_max = 8e-3: the factorisation cannot break down
     (20, 1e-2, False),   # 20 points: n * eps * lambda_max = 2e-5, far below the jitter
 ])
