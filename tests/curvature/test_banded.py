@@ -34,19 +34,30 @@ def test_operations_match_dense_linear_algebra(dim, half_width):
     """Every operation equals the dense algebra of the same precision, also where the dimension
     is not a multiple of the block size (padded) and where there are fewer than two blocks."""
     h, band = random_band(dim, half_width, seed=dim)
-    c = BandedCurvature.from_band(jnp.asarray(band), half_width)
-    assert isinstance(c, Curvature) and c.dim == dim and bool(c.positive())
-    np.testing.assert_allclose(c.precision, h, rtol=1e-12, atol=1e-12)
-    cov = np.linalg.inv(h)
     v = np.random.default_rng(1).normal(size=(2, 3, dim))  # leading dims kept
-    np.testing.assert_allclose(c.solve(v), np.einsum("ij,abj->abi", cov, v), rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(c.matvec(v), np.einsum("ij,abj->abi", h, v), rtol=1e-12, atol=1e-12)
-    root = np.asarray(c.inv_sqrt(jnp.eye(dim))).T  # S with S S' = H^-1
+    index = np.array([[0, dim - 1, 1], [2, 1, 1]])
+
+    @jax.jit  # one program: each operation called eagerly compiles its own (12 s against 2.6 s)
+    def operations(band, v):
+        c = BandedCurvature.from_band(band, half_width)
+        return c, {"positive": c.positive(), "precision": c.precision, "solve": c.solve(v), "matvec": c.matvec(v),
+                   "root": c.inv_sqrt(jnp.eye(dim)).T, "whitened": c.whiten(c.inv_sqrt(v)), "logdet": c.logdet(),
+                   "variance": c.variance(), "covariance_band": c.covariance_band(), "diagonal": c.diagonal(),
+                   "block": c.block(index), "block_10": c.block(np.array([1, 0])),
+                   "extreme": c.extreme_eigenvalues()}
+
+    c, r = operations(jnp.asarray(band), v)
+    assert isinstance(c, Curvature) and c.dim == dim and bool(r["positive"])
+    np.testing.assert_allclose(r["precision"], h, rtol=1e-12, atol=1e-12)
+    cov = np.linalg.inv(h)
+    np.testing.assert_allclose(r["solve"], np.einsum("ij,abj->abi", cov, v), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(r["matvec"], np.einsum("ij,abj->abi", h, v), rtol=1e-12, atol=1e-12)
+    root = np.asarray(r["root"])  # S with S S' = H^-1
     np.testing.assert_allclose(root @ root.T, cov, rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(c.whiten(c.inv_sqrt(v)), v, rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(c.logdet(), np.linalg.slogdet(h)[1], rtol=1e-12)
-    np.testing.assert_allclose(c.variance(), np.diag(cov), rtol=1e-10)
-    diagonal, following = c.covariance_band()  # H^-1's diagonal blocks and the ones right of them
+    np.testing.assert_allclose(r["whitened"], v, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(r["logdet"], np.linalg.slogdet(h)[1], rtol=1e-12)
+    np.testing.assert_allclose(r["variance"], np.diag(cov), rtol=1e-10)
+    diagonal, following = r["covariance_band"]  # H^-1's diagonal blocks and the ones right of them
     b, padded = half_width, c.diag.shape[0] * half_width
     full = np.eye(padded)
     full[:dim, :dim] = cov  # the padding's identity coordinates are coupled to nothing
@@ -55,12 +66,11 @@ def test_operations_match_dense_linear_algebra(dim, half_width):
         if i + 1 < diagonal.shape[0]:
             np.testing.assert_allclose(following[i], full[i * b:(i + 1) * b, (i + 1) * b:(i + 2) * b], rtol=1e-10,
                                        atol=1e-12)
-    np.testing.assert_allclose(c.diagonal(), np.diag(h))
-    index = np.array([[0, dim - 1, 1], [2, 1, 1]])
-    np.testing.assert_allclose(c.block(index), cov[index[..., :, None], index[..., None, :]], rtol=1e-10, atol=1e-14)
-    np.testing.assert_allclose(c.block(np.array([1, 0])), cov[np.ix_([1, 0], [1, 0])], rtol=1e-10)
+    np.testing.assert_allclose(r["diagonal"], np.diag(h))
+    np.testing.assert_allclose(r["block"], cov[index[..., :, None], index[..., None, :]], rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(r["block_10"], cov[np.ix_([1, 0], [1, 0])], rtol=1e-10)
     w = np.linalg.eigvalsh(h)
-    low, high = (float(x) for x in c.extreme_eigenvalues())
+    low, high = (float(x) for x in r["extreme"])
     assert w[0] * (1 - 1e-9) <= low <= 1.05 * w[0] and 0.95 * w[-1] <= high <= w[-1] * (1 + 1e-9)
 
 
@@ -117,18 +127,27 @@ def test_a_band_with_a_dense_border_matches_dense_linear_algebra(glob):
     h[np.ix_(field_index, glob)] = b
     h[np.ix_(glob, field_index)] = b.T
     h[np.ix_(glob, glob)] = c
-    curv = BandedArrowheadCurvature.from_blocks(BandedCurvature.from_band(jnp.asarray(band), 2), field_index,
-                                                np.asarray(glob), jnp.asarray(b), jnp.asarray(c))
-    assert isinstance(curv, Curvature) and curv.dim == dim and bool(curv.positive())
-    np.testing.assert_allclose(curv.precision, h, rtol=1e-12, atol=1e-12)
-    cov = np.linalg.inv(h)
     v = np.random.default_rng(9).normal(size=(3, dim))
-    np.testing.assert_allclose(curv.solve(v), v @ cov, rtol=1e-10, atol=1e-12)
-    root = np.asarray(curv.inv_sqrt(jnp.eye(dim))).T
-    np.testing.assert_allclose(root @ root.T, cov, rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(curv.whiten(curv.inv_sqrt(v)), v, rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(curv.logdet(), np.linalg.slogdet(h)[1], rtol=1e-12)
-    np.testing.assert_allclose(curv.variance(), np.diag(cov), rtol=1e-10)
-    np.testing.assert_allclose(curv.diagonal(), np.diag(h))
     index = np.array([[glob[0], 2, 5]])
-    np.testing.assert_allclose(curv.block(index), cov[index[..., :, None], index[..., None, :]], rtol=1e-10)
+
+    @jax.jit  # one program: each operation called eagerly compiles its own
+    def operations(band, b, c, v):
+        curv = BandedArrowheadCurvature.from_blocks(BandedCurvature.from_band(band, 2), field_index, np.asarray(glob),
+                                                    b, c)
+        return curv, {"positive": curv.positive(), "precision": curv.precision, "solve": curv.solve(v),
+                      "root": curv.inv_sqrt(jnp.eye(dim)).T, "whitened": curv.whiten(curv.inv_sqrt(v)),
+                      "logdet": curv.logdet(), "variance": curv.variance(), "diagonal": curv.diagonal(),
+                      "block": curv.block(index)}
+
+    curv, r = operations(jnp.asarray(band), jnp.asarray(b), jnp.asarray(c), v)
+    assert isinstance(curv, Curvature) and curv.dim == dim and bool(r["positive"])
+    np.testing.assert_allclose(r["precision"], h, rtol=1e-12, atol=1e-12)
+    cov = np.linalg.inv(h)
+    np.testing.assert_allclose(r["solve"], v @ cov, rtol=1e-10, atol=1e-12)
+    root = np.asarray(r["root"])
+    np.testing.assert_allclose(root @ root.T, cov, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(r["whitened"], v, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(r["logdet"], np.linalg.slogdet(h)[1], rtol=1e-12)
+    np.testing.assert_allclose(r["variance"], np.diag(cov), rtol=1e-10)
+    np.testing.assert_allclose(r["diagonal"], np.diag(h))
+    np.testing.assert_allclose(r["block"], cov[index[..., :, None], index[..., None, :]], rtol=1e-10)
