@@ -21,7 +21,7 @@ from ..curvature import CholeskyCurvature, covariance
 from ..families import get_family
 from ..families.registry import basis_log_prob
 from ..mode.derivatives import hvp
-from ..mode.banded_hessian import BandedHessian, column_reach, smallest_width
+from ..mode.banded_hessian import BandedHessian, band_offsets, column_reach, cyclic_colours, smallest_width
 from ..mode.hessian import (GLOBAL_MAX, ArrowheadHessian, DenseHessian, PlateStructure, diagonal_structure,
                            lowrank_hessian, plate_structure, structure_tol)
 from ..runtime.programs import program
@@ -79,6 +79,10 @@ def conditional_hessian(layout, theta_index: tuple, curvature: str, plate=None):
     return ArrowheadHessian(inner)
 
 
+SECOND_POINT_SHIFT = 0.37
+"""Where :func:`banded_inner_hessian` reads the band's diagonals a second time: the start moved by
+this much in every coordinate (and the field by a cosine of it), an arbitrary point off the start."""
+
 BANDED_MIN_DIM = 64
 """Field coordinates from which ``curvature="auto"`` looks for a band where no plate gives a
 structure (below, the dense Hessian's ``D`` products cost what the band's search would)."""
@@ -101,12 +105,21 @@ def banded_inner_hessian(info, theta_index, start, args, kwargs) -> Optional[Ban
     dtype = jnp.result_type(float)  # the working precision, as the probe of every inner fit
     point = (np.asarray(start[theta_index], dtype), np.asarray(start[x_index], dtype))
 
-    def error(width):  # compiled once per model, width and shapes: a warm call compiles nothing
-        return program(_band_error, info, key, width, glob)(point, args, kwargs)
+    def probe(width, at):  # compiled once per model, width and shapes: a warm call compiles nothing
+        return program(_band_probe, info, key, width, glob)(at, args, kwargs)
 
     start = program(_band_reach, info, key, glob)(point, args, kwargs)
-    width = smallest_width(error, x_index.size, len(glob), structure_tol(dtype), start=int(start))
-    return None if width is None else BandedHessian(width, glob)
+    width = smallest_width(lambda w: probe(w, point)[0], x_index.size, len(glob), structure_tol(dtype),
+                           start=int(start))
+    if width is None:
+        return None
+    # the band's nonzero diagonals at the start and at a second point (a coefficient that
+    # vanishes at the start, an AR(1)'s rho = 0, does not vanish at both)
+    other = (point[0] + SECOND_POINT_SHIFT, point[1] + SECOND_POINT_SHIFT * np.cos(np.arange(point[1].size)))
+    largest = np.maximum(*(np.asarray(probe(width, at)[1], np.float64) for at in (point, other)))
+    offsets = band_offsets(largest[None, :], float(np.finfo(dtype).eps))
+    sparse = cyclic_colours(width, offsets) <= width  # half the band's probes or fewer
+    return BandedHessian(width, glob, offsets=offsets if sparse else ())
 
 
 def _conditional_neg(info, theta_index, theta, args, kwargs):
@@ -121,9 +134,12 @@ def _band_reach(info, theta_index, glob, theta, x, args, kwargs):
     return column_reach(_conditional_neg(info, theta_index, theta, args, kwargs), x, glob)
 
 
-def _band_error(info, theta_index, width, glob, theta, x, args, kwargs):
-    """The probe of a band of ``width`` (and border ``glob``) on the conditional density at ``(theta, x)``."""
-    return BandedHessian(width, glob).evaluate(_conditional_neg(info, theta_index, theta, args, kwargs), x)[3]
+def _band_probe(info, theta_index, width, glob, theta, x, args, kwargs):
+    """The probe of a band of ``width`` (and border ``glob``) on the conditional density at ``(theta, x)``:
+    ``(its relative error, the largest |entry| of each of the band's diagonals)``."""
+    _, _, (band, _, _), error = BandedHessian(width, glob).evaluate(_conditional_neg(info, theta_index, theta, args,
+                                                                                      kwargs), x)
+    return error, jnp.max(jnp.abs(band), axis=0)
 
 
 def conditional_fit(neg_log_density: Callable, theta, x0, tol: float, max_iter: int, hessian=DenseHessian(),

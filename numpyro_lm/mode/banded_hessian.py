@@ -36,7 +36,7 @@ from ..curvature.banded_arrowhead import BandedArrowheadCurvature
 from .hessian import relative_error, structure_tol, value_grad_products
 
 __all__ = ["BandedHessian", "band_from_products", "band_matvec", "smallest_width", "column_reach", "find_half_width",
-           "HALF_WIDTH_MAX", "REACH_COLUMNS"]
+           "cyclic_colours", "band_offsets", "HALF_WIDTH_MAX", "REACH_COLUMNS"]
 
 HALF_WIDTH_MAX = 64
 """Widest half-bandwidth :func:`find_half_width` tries (``2w + 2`` products, ``w^3`` a block): a
@@ -45,14 +45,47 @@ REACH_COLUMNS = 9
 """Unit vectors spread over the field whose Hessian columns :func:`column_reach` reads."""
 
 
-def band_from_products(products, half_width: int):
-    """The lower band ``(D, w + 1)`` from the colouring probes' products ``(2w + 1, D)``:
-    ``band[i, k] = H[i, i - k]``, row ``i`` of the product of ``i - k``'s colour."""
+def cyclic_colours(half_width: int, offsets: tuple = ()) -> int:
+    r"""The fewest colours ``m`` for which colouring column ``j`` by ``j mod m`` reads every entry
+    of a band whose nonzero diagonals are ``offsets`` (all ``0..w`` where empty: ``2w + 1``).
+
+    Two columns may share a colour when no row holds a nonzero of both: their distance is then
+    outside :math:`D = \{a - b : a, b \in \pm K\}`, ``K`` the offsets. ``j mod m`` separates every
+    pair at a distance in ``D`` when ``m`` divides no nonzero element of ``D``. A grid's field
+    numbered row by row (a CAR prior over a 50 x 50 grid: ``K = {0, 1, 50}``) needs 6 colours
+    where its band's 101 would be read."""
+    full = 2 * half_width + 1
+    if not offsets:
+        return full
+    signed = np.unique(np.concatenate([np.asarray(offsets, int), -np.asarray(offsets, int)]))
+    distances = np.abs(signed[:, None] - signed[None, :])
+    distances = np.unique(distances[distances > 0])
+    for m in range(1, full):
+        if not np.any(distances % m == 0):
+            return m
+    return full
+
+
+def band_offsets(band, tol: float) -> tuple:
+    """The diagonals ``k`` of a lower band ``(n, w + 1)`` that hold an entry above ``tol`` times
+    its largest, as the band's structure (its zeros are exact under autodiff)."""
+    largest = np.max(np.abs(band), axis=0)
+    return tuple(int(k) for k in np.flatnonzero(largest > tol * np.max(largest)))
+
+
+def band_from_products(products, half_width: int, offsets: tuple = ()):
+    """The lower band ``(D, w + 1)`` from the colouring probes' products ``(m, D)``
+    (:func:`cyclic_colours`): ``band[i, k] = H[i, i - k]``, row ``i`` of the product of
+    ``i - k``'s colour; zero on the diagonals outside ``offsets`` (where given), whose colours
+    other columns share."""
     dim = products.shape[-1]
     rows = np.arange(dim)[:, None]
     columns = rows - np.arange(half_width + 1)[None, :]
-    colour = np.mod(columns, 2 * half_width + 1)
-    return jnp.where(columns >= 0, products[colour, np.broadcast_to(rows, colour.shape)], 0.0)
+    colour = np.mod(columns, cyclic_colours(half_width, offsets))
+    kept = columns >= 0
+    if offsets:
+        kept = kept & np.isin(np.arange(half_width + 1), offsets)[None, :]
+    return jnp.where(kept, products[colour, np.broadcast_to(rows, colour.shape)], 0.0)
 
 
 def band_matvec(band, v):
@@ -67,13 +100,20 @@ class BandedHessian(NamedTuple):
     """The Hessian as a band of half-width ``half_width`` over the field, with a dense border for
     the coordinates at positions ``glob`` (static; the rest, in order, is the field): ``hess`` is
     ``(band (n, w + 1), B (n, G), C (G, G))`` (module docstring;
-    :class:`~numpyro_lm.curvature.banded_arrowhead.BandedArrowheadCurvature` where ``G > 0``)."""
+    :class:`~numpyro_lm.curvature.banded_arrowhead.BandedArrowheadCurvature` where ``G > 0``).
+    ``offsets``: the band's nonzero diagonals where it is sparse inside (a grid's field), read
+    with :func:`cyclic_colours`' fewer probes; empty: every diagonal, ``2w + 1`` probes."""
 
     half_width: int
     glob: tuple = ()
     check: bool = True  # the random probe of the band at each evaluation
     value_first: bool = True  # a rejected trial costs fn alone (numpyro_lm.mode.newton.newton_iteration)
     structure_final = True  # a band the model exceeds does so at every point: the search ends
+    offsets: tuple = ()  # the nonzero diagonals (all where empty): cyclic_colours
+
+    @property
+    def colours(self) -> int:
+        return cyclic_colours(self.half_width, self.offsets)
 
     def bind(self, prior: Callable) -> "BandedHessian":
         return self
@@ -90,7 +130,7 @@ class BandedHessian(NamedTuple):
 
     def _probes(self, dim: int, dtype):
         """Colours over the field, a unit vector per global, a random sign probe over all."""
-        field, glob, colours = self._field(dim), np.asarray(self.glob, int), 2 * self.half_width + 1
+        field, glob, colours = self._field(dim), np.asarray(self.glob, int), self.colours
         probes = np.zeros((colours + glob.size + 1, dim))
         probes[np.arange(field.size) % colours, field] = 1.0
         probes[colours + np.arange(glob.size), glob] = 1.0
@@ -100,11 +140,11 @@ class BandedHessian(NamedTuple):
         return jax.lax.optimization_barrier(jnp.asarray(probes, dtype))
 
     def evaluate(self, fn, x, previous=None):
-        dim, colours = x.shape[-1], 2 * self.half_width + 1
+        dim, colours = x.shape[-1], self.colours
         field, glob = self._field(dim), np.asarray(self.glob, int)
         probes = self._probes(dim, x.dtype)
         value, grad, products = value_grad_products(fn, x, probes if self.check else probes[:-1], batched=True)
-        band = band_from_products(products[:colours][:, field], self.half_width)
+        band = band_from_products(products[:colours][:, field], self.half_width, self.offsets)
         border = products[colours:colours + glob.size]
         hess = (band, border[:, field].T, border[:, glob])
         if not self.check:

@@ -178,3 +178,33 @@ def test_a_long_looping_models_inner_fits_go_one_at_a_time(size, loops, batch):
     marginal = MarginalAtPoints(None, True, layout, None, np.float32, None, (), {}, loops=loops)
     assert LOOP_BATCH_NUMBERS == 50_000  # latent and observed numbers: 2 * size here
     assert marginal.batch == batch
+
+
+@pytest.mark.slow  # two nested fits of an AR(1) trend: CI=true and make test-all
+def test_a_band_read_on_too_few_diagonals_gives_way_to_the_full_band(monkeypatch):
+    """Where the band's diagonals are misread (a coupling zero at both points it was read at:
+    marginal.conditional.SECOND_POINT_SHIFT), as here an AR(1) trend's read as its diagonal
+    alone, one probe: the inner fits' check fails, and the nested fit is the full band's, with
+    the same draws as the fit that read the band right."""
+    import numpyro_lm.approximations.nested.fit as nested_fit
+    import numpyro_lm.marginal.conditional as conditional
+
+    y = ar1_data(70)
+
+    def fit():
+        lm = LaplaceMatching(ar1_counts, hyper=["mu", "rho", "sigma"], progress_bar=False)
+        return lm.run(jax.random.PRNGKey(0), y)
+
+    right = fit()
+    found, banded_inner_hessian = [], conditional.banded_inner_hessian
+
+    def recorded(*args, **kwargs):
+        found.append(banded_inner_hessian(*args, **kwargs))
+        return found[-1]
+
+    monkeypatch.setattr(conditional, "band_offsets", lambda band, tol: (0,))
+    monkeypatch.setattr(nested_fit, "banded_inner_hessian", recorded)
+    wrong = fit()
+    assert found[0].offsets == (0,) and found[0].colours == 1
+    for site in ("mu", "rho", "sigma"):
+        np.testing.assert_allclose(wrong.get_samples()[site], right.get_samples()[site])

@@ -10,7 +10,8 @@ from numpyro.contrib.control_flow import scan
 
 from numpyro_lm.core.model import model_info
 from numpyro_lm.core.trace import site_values
-from numpyro_lm.mode.banded_hessian import BandedHessian, band_matvec, find_half_width
+from numpyro_lm.mode.banded_hessian import (BandedHessian, band_from_products, band_matvec, band_offsets,
+                                            cyclic_colours, find_half_width)
 from numpyro_lm.mode.derivatives import value_grad_hessian
 from numpyro_lm.mode.newton import newton, newton_init
 
@@ -93,6 +94,47 @@ def test_a_grid_fields_half_width_is_its_rows_length(width):
     assert float(error) < 1e-12
     v = np.random.default_rng(1).normal(size=k.size)
     np.testing.assert_allclose(band_matvec(band, jnp.asarray(v)), h @ v, rtol=1e-10, atol=1e-10)
+    # inside the band only the diagonals of a left and an upper neighbour hold entries: read
+    # with cyclic_colours' fewer probes, the same band
+    assert band_offsets(np.asarray(band), 1e-12) == (0, 1, width)
+    sparse = BandedHessian(width, offsets=(0, 1, width))
+    assert sparse.colours < 2 * width + 1
+    _, _, (sparse_band, _, _), error = sparse.evaluate(neg, x)
+    assert float(error) < 1e-12
+    np.testing.assert_allclose(sparse_band, band, rtol=1e-12, atol=1e-12)
+
+
+# the grid of a CAR field over 50 x 50 regions; a band with every second diagonal; one diagonal
+# beyond the next; the full band (no offsets)
+@pytest.mark.parametrize("width, offsets, colours", [(50, (0, 1, 50), 6), (6, (0, 2, 4, 6), 7), (7, (0, 3, 7), 8),
+                                                     (4, (), 9)])
+def test_cyclic_colours_read_every_entry_of_a_sparse_band_and_one_colour_fewer_does_not(width, offsets, colours):
+    """A random symmetric matrix with nonzeros on the diagonals ``offsets`` alone: the products
+    with the probes of ``j mod m`` give its band exactly, and with ``m - 1`` colours some entry
+    takes another column's value (``m`` is the fewest cyclic colours)."""
+    n = 3 * width + 7
+    rng = np.random.default_rng(width)
+    h = np.zeros((n, n))
+    for k in offsets or range(width + 1):
+        values = rng.normal(size=n - k) + (5.0 if k == 0 else 0.0)
+        h += np.diag(values, -k) + (np.diag(values, k) if k else 0.0)
+    truth = np.zeros((n, width + 1))
+    for k in range(width + 1):
+        truth[k:, k] = np.diagonal(h, -k)
+    assert cyclic_colours(width, offsets) == colours
+
+    def read(m):
+        probes = np.zeros((m, n))
+        probes[np.arange(n) % m, np.arange(n)] = 1.0
+        return np.asarray(band_from_products(jnp.asarray(probes @ h), width, offsets)) if m == colours else probes @ h
+
+    np.testing.assert_allclose(read(colours), truth, rtol=1e-12, atol=1e-12)
+    # m - 1 colours: read as band_from_products would, some entry is another column's sum
+    m, rows = colours - 1, np.arange(n)[:, None]
+    columns = rows - np.arange(width + 1)[None, :]
+    kept = (columns >= 0) & (np.isin(np.arange(width + 1), offsets)[None, :] if offsets else True)
+    fewer = np.where(kept, read(m)[np.mod(columns, m), np.broadcast_to(rows, columns.shape)], 0.0)
+    assert not np.allclose(fewer, truth)
 
 
 def test_a_hessian_that_is_not_banded_is_refused():

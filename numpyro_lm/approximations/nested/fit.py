@@ -213,13 +213,16 @@ def run_nested(info, options: FitOptions, hyper, rng_key, args, kwargs, init_par
         banded = banded_inner_hessian(info, hyper_key, origin_point(layout), args, kwargs)
         if banded is not None:
             joined, banded = border_joins_hyper(info, split, banded, args, kwargs) if banded.glob else (split, banded)
-            try:
-                return _nested_fit(info, options, joined, banded, banded, rng_key, args, kwargs, init_params,
-                                   **common)
-            except StructureError:
-                # the band held at the start but not at other hyperparameters (a field whitened
-                # by its prior's Cholesky factor, banded where rho = 0 alone): the dense Hessian
-                pass
+            # a band read with fewer probes (its zero diagonals) where the full band held; a
+            # diagonal zero at both points it was read at, nonzero elsewhere, fails the check
+            for band in (banded, banded._replace(offsets=())) if banded.offsets else (banded,):
+                try:
+                    return _nested_fit(info, options, joined, band, band, rng_key, args, kwargs, init_params,
+                                       **common)
+                except StructureError:
+                    # the band held at the start but not at other hyperparameters (a field whitened
+                    # by its prior's Cholesky factor, banded where rho = 0 alone): the dense Hessian
+                    pass
     return _nested_fit(info, options, split, options.curvature, hessian, rng_key, args, kwargs, init_params, **common)
 
 
