@@ -1,6 +1,9 @@
 """The inner step's mean shift of the globals (numpyro_lm/marginal/conditional.py) against the
 exact collapsed density of a binary random-intercept model."""
 
+import os
+import sys
+
 import jax
 import numpy as np
 import numpyro
@@ -72,9 +75,10 @@ def test_the_globals_reach_the_mode_of_their_collapsed_density(x64):
 
 @pytest.mark.slow  # the band's probe programs over a CAR prior compile for seconds: CI=true and make test-all
 def test_a_grid_fields_band_is_read_on_its_nonzero_diagonals_alone(x64):
-    """A CAR field over a 12 x 12 grid numbered row by row (hyperparameters tau and alpha, an
-    intercept): the conditional Hessian's band has half-width 12 and entries on the diagonals
-    0, 1 and 12 alone, read with 5 probes instead of 25, and the band so read is the full one."""
+    """A CAR field over a 12 x 12 grid numbered row by row (benchmarks/fields.py's model:
+    hyperparameters tau and alpha, an intercept): the conditional Hessian's band has half-width
+    12 and entries on the diagonals 0, 1 and 12 alone, read with 5 probes instead of 25, and
+    the band so read is the full one."""
     import jax.numpy as jnp
 
     from numpyro_lm.core.model import model_info
@@ -82,22 +86,15 @@ def test_a_grid_fields_band_is_read_on_its_nonzero_diagonals_alone(x64):
     from numpyro_lm.mode.banded_hessian import BandedHessian
     from numpyro_lm.runtime.static_data import static_where_needed
 
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
+    from fields import car_poisson, grid_adjacency  # the benchmark's
+
     k = 12
-    index = np.arange(k * k).reshape(k, k)
-    adj = np.zeros((k * k, k * k))
-    adj[index[:, :-1].ravel(), index[:, 1:].ravel()] = adj[index[:-1].ravel(), index[1:].ravel()] = 1.0
-    adj = adj + adj.T
+    adj = grid_adjacency(k).astype(np.float64)
     y = np.random.default_rng(0).poisson(2.0, k * k).astype(np.float64)
 
-    def car(adj, y):
-        b0 = numpyro.sample("b0", dist.Normal(0.0, 2.0))
-        tau = numpyro.sample("tau", dist.Gamma(2.0, 1.0))
-        alpha = numpyro.sample("alpha", dist.Uniform(0.0, 0.99))
-        phi = numpyro.sample("phi", dist.CAR(0.0, alpha, tau, adj, is_sparse=True))
-        numpyro.sample("y", dist.Poisson(jnp.exp(b0 + phi)), obs=y)
-
     # CAR asks for its adjacency as a NumPy array: a static argument, as LaplaceMatching makes it
-    args, kwargs, info = static_where_needed(lambda a, kw: model_info(car, a, kw), (adj, y), {})
+    args, kwargs, info = static_where_needed(lambda a, kw: model_info(car_poisson, a, kw), (adj, y), {})
     theta_index = tuple(int(s.offset) for s in info.layout.sites if s.name in ("b0", "tau", "alpha"))
     banded = banded_inner_hessian(info, theta_index, np.zeros(info.size), args, kwargs)
     assert (banded.half_width, banded.glob, banded.offsets, banded.colours) == (k, (), (0, 1, k), 5)
@@ -108,6 +105,6 @@ def test_a_grid_fields_band_is_read_on_its_nonzero_diagonals_alone(x64):
 
     phi = jnp.asarray(np.random.default_rng(1).normal(size=k * k))
     full = BandedHessian(k).evaluate(neg, phi)[2][0]
-    sparse, error = (lambda out: (out[2][0], out[3]))(banded.evaluate(neg, phi))
+    _, _, (sparse, _, _), error = banded.evaluate(neg, phi)
     assert float(error) < 1e-12  # the random probe against the band: exact in float64
     np.testing.assert_allclose(sparse, full, rtol=1e-12, atol=1e-12)
