@@ -116,8 +116,8 @@ def banded_inner_hessian(info, theta_index, start, args, kwargs) -> Optional[Ban
     # the band's nonzero diagonals at the start and at a second point (a coefficient that
     # vanishes at the start, an AR(1)'s rho = 0, does not vanish at both)
     other = (point[0] + SECOND_POINT_SHIFT, point[1] + SECOND_POINT_SHIFT * np.cos(np.arange(point[1].size)))
-    largest = np.maximum(*(np.asarray(probe(width, at)[1], np.float64) for at in (point, other)))
-    offsets = band_offsets(largest[None, :], float(np.finfo(dtype).eps))
+    bands = np.stack([np.asarray(probe(width, at)[1], np.float64) for at in (point, other)])
+    offsets = band_offsets(bands, float(np.finfo(dtype).eps))
     sparse = cyclic_colours(width, offsets) <= width  # half the band's probes or fewer
     return BandedHessian(width, glob, offsets=offsets if sparse else ())
 
@@ -136,10 +136,10 @@ def _band_reach(info, theta_index, glob, theta, x, args, kwargs):
 
 def _band_probe(info, theta_index, width, glob, theta, x, args, kwargs):
     """The probe of a band of ``width`` (and border ``glob``) on the conditional density at ``(theta, x)``:
-    ``(its relative error, the largest |entry| of each of the band's diagonals)``."""
+    ``(its relative error, the band)``."""
     _, _, (band, _, _), error = BandedHessian(width, glob).evaluate(_conditional_neg(info, theta_index, theta, args,
                                                                                       kwargs), x)
-    return error, jnp.max(jnp.abs(band), axis=0)
+    return error, band
 
 
 def conditional_fit(neg_log_density: Callable, theta, x0, tol: float, max_iter: int, hessian=DenseHessian(),

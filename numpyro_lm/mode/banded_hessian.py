@@ -67,9 +67,11 @@ def cyclic_colours(half_width: int, offsets: tuple = ()) -> int:
 
 
 def band_offsets(band, tol: float) -> tuple:
-    """The diagonals ``k`` of a lower band ``(n, w + 1)`` that hold an entry above ``tol`` times
-    its largest, as the band's structure (its zeros are exact under autodiff)."""
-    largest = np.max(np.abs(band), axis=0)
+    """The diagonals ``k`` of a lower band ``(..., n, w + 1)`` (several bands of one field: read at
+    several points) that hold an entry above ``tol`` times the largest, as the band's structure
+    (its zeros are exact under autodiff)."""
+    band = np.asarray(band)
+    largest = np.max(np.abs(band.reshape(-1, band.shape[-1])), axis=0)
     return tuple(int(k) for k in np.flatnonzero(largest > tol * np.max(largest)))
 
 

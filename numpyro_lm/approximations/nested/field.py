@@ -72,17 +72,16 @@ class Field(NamedTuple):
     shift: dict
 
 
-def _skewness(info, theta_index: tuple, half_width: int, offsets: tuple, theta, x, args, kwargs):
-    """The float64 program of :func:`find_field`: :func:`field_skewness` at ``(theta, x)`` (the band
-    read as the inner fits read it: ``offsets``, :class:`~numpyro_lm.mode.banded_hessian.BandedHessian`'s)."""
+def _skewness(info, theta_index: tuple, hessian: BandedHessian, theta, x, args, kwargs):
+    """The float64 program of :func:`find_field`: :func:`field_skewness` at ``(theta, x)``, the band
+    read as the inner fits' ``hessian`` reads it (its random probe left out)."""
     theta_index = np.asarray(theta_index)
-    hessian = BandedHessian(half_width, check=False, offsets=offsets)
 
     def neg(z):
         return -info.log_density(site_values(info.layout, theta_index, theta, z), args, kwargs)
 
     band = hessian.evaluate(neg, x)[2][0]
-    return field_skewness(neg, x, band, half_width)
+    return field_skewness(neg, x, band, hessian.half_width)
 
 
 def find_field(info, hessian, design, x_index, gaussian_cols, marginal, args, kwargs, compiler_options=None):
@@ -93,7 +92,7 @@ def find_field(info, hessian, design, x_index, gaussian_cols, marginal, args, kw
             or not np.all(gaussian_cols)):
         return None
     k = int(np.argmax(design.log_weights))
-    run = program(_skewness, info, tuple(int(i) for i in design.theta_index), hessian.half_width, hessian.offsets,
+    run = program(_skewness, info, tuple(int(i) for i in design.theta_index), hessian._replace(check=False),
                   compiler_options=compiler_options)
     gamma = np.asarray(in_float64(run, (design.theta[k], design.x_mode[k]), args, kwargs), np.float64)
     if not np.all(np.isfinite(gamma)):
