@@ -271,17 +271,67 @@ def test_design_covariances_with_rounding_below_zero_still_factor():
     """A point deep in a funnel has a conditional covariance whose float32 rounding leaves an
     eigenvalue slightly below zero: it is floored at float32's resolution, the others are
     factored exactly."""
-    from numpyro_lm.approximations.nested.mixture import _cholesky
+    from numpyro_lm.approximations.nested.design import conditional_cholesky
 
     rng = np.random.default_rng(0)
     a = rng.normal(size=(3, 4, 4))
     good = a @ np.swapaxes(a, 1, 2) + np.eye(4)
     q = np.linalg.qr(rng.normal(size=(4, 4)))[0]
     bad = (q * np.array([-1e-6, 1.0, 10.0, 288.0])) @ q.T
-    chol = _cholesky(np.concatenate([good, bad[None]]))
+    chol = conditional_cholesky(np.concatenate([good, bad[None]]))
     np.testing.assert_allclose(chol[:3], np.linalg.cholesky(good), rtol=1e-12)
     rebuilt = chol[3] @ chol[3].T
     np.testing.assert_allclose(rebuilt, bad, atol=288.0 * np.finfo(np.float32).eps * 2)
+
+
+@pytest.fixture(scope="module")
+def eight_schools_nested():
+    model, args, kwargs = MODELS["eight_schools"]()
+    return LaplaceMatching(model, hyper=["tau"], num_samples=1000).run(jax.random.PRNGKey(0), *args, **kwargs)
+
+
+def test_dense_draws_have_the_density_of_a_factor_that_follows_the_cell(eight_schools_nested):
+    """On a lattice the draws' conditional Cholesky factor moves with the hyperparameters across
+    the cell, ``L(u) = L_k + S_k u``: each draw's log density is the Gaussian's with that factor
+    (its log determinant per draw, not the point's), and the factor does move (eight schools'
+    theta given tau: the conditional SDs grow with tau)."""
+    from scipy.stats import multivariate_normal
+
+    from numpyro_lm.approximations.nested.fit import design_draws
+
+    result = eight_schools_nested._result
+    design = result.design
+    assert design.kind == "lattice" and design.x_chol_slope is not None
+    assert np.max(np.abs(design.x_chol_slope)) > 0.1 * np.max(np.abs(design.x_chol))
+    made = design_draws(design, result.info.layout, jax.random.PRNGKey(3), 200)
+    x = np.asarray(made.flat, np.float64)[:, design.x_index]
+    k, u = made.point, made.offset
+    expected = []
+    for n in range(len(k)):
+        mean = design.x_mean[k[n]] + design.x_slope[k[n]] @ u[n]
+        chol = design.x_chol[k[n]] + design.x_chol_slope[k[n]] @ u[n]
+        expected.append(multivariate_normal(mean, chol @ chol.T).logpdf(x[n]))
+    # float64 throughout (the module's x64): rounding alone
+    np.testing.assert_allclose(made.log_q() - made.log_q_hyper, expected, rtol=1e-10, atol=1e-9)
+
+
+def test_cell_covariances_are_the_mean_of_the_moving_factors_square(eight_schools_nested):
+    """:func:`_cell_covariances` (the mixture's moments) against Monte Carlo over each cell's own
+    draws of ``u``: ``E[L(u) L(u)']`` within 4 Monte Carlo SEs, and different from the point's
+    covariance (so that the test can fail)."""
+    from numpyro_lm.approximations.nested.mixture import _cell_covariances
+
+    design = eight_schools_nested.design
+    cells = _cell_covariances(design)
+    rng, n = np.random.default_rng(0), 100_000
+    for k in np.argsort(design.log_weights)[-3:]:
+        u = cell_draws(rng, np.repeat(design.cell_slope[k : k + 1], n, 0), np.repeat(design.cell_curvature[k : k + 1], n, 0),
+                       design.step)
+        chol = design.x_chol[k] + np.einsum("ija,na->nij", design.x_chol_slope[k], u)
+        squares = np.einsum("nij,nlj->nil", chol, chol)
+        se = squares.std(0) / np.sqrt(n) + 1e-12
+        assert np.max(np.abs(squares.mean(0) - cells[k]) / se) < 4.5  # 100 entries, 4.5 SEs
+        assert np.max(np.abs(cells[k] - design.x_cov[k]) / se) > 8  # measured 17-35
 
 
 @pytest.mark.slow  # a long end-to-end run: CI=true and make test-all

@@ -22,7 +22,7 @@ import numpy as np
 
 __all__ = ["LATTICE", "LATTICE_COARSE", "LATTICE_LONG", "LONG_LATTICE_MIN", "MAX_HALF", "BATCH",
            "CELL_BOUND", "SHIFT_ANCHOR", "CHECK_DROP", "INTERPOLATION_GAIN_TOL", "INTERPOLATION_SHIFT_TOL",
-           "shift_anchors", "lattice", "cell_moments", "cell_draws"]
+           "shift_anchors", "lattice", "lattice_slopes", "cell_moments", "cell_draws"]
 
 # (step, log-density drop) of the lattice in standardised units, by dimension
 LATTICE = {1: (0.5, 8.0), 2: (0.75, 9.0), 3: (1.0, 10.5)}
@@ -293,6 +293,15 @@ def _lattice_slopes(points, finite, x, step):
             elif down is not None:
                 slopes[i, :, a] = (x[i] - x[down]) / step
     return slopes
+
+
+def lattice_slopes(z, step, values, usable):
+    """``(K, ..., d)`` derivatives in ``z`` of per-point ``values (K, ...)`` at lattice points ``z (K, d)``
+    (multiples of ``step``): :func:`_lattice_slopes`' differences between ``usable`` neighbours."""
+    points = [tuple(p) for p in np.rint(np.asarray(z) / step).astype(np.int64).tolist()]
+    finite = {p: i for i, (p, ok) in enumerate(zip(points, usable)) if ok}
+    flat = _lattice_slopes(points, finite, np.asarray(values).reshape(len(points), -1), step)
+    return flat.reshape(np.shape(values) + (len(points[0]),))
 
 
 def _cell_shapes(points, finite, logp, step):

@@ -43,6 +43,27 @@ def _components(design: NestedDesign):
     return np.exp(design.log_weights), theta, x_mean, v
 
 
+def _cell_covariances(design: NestedDesign):
+    r"""``(K, Dx, Dx)``: each cell's mean of the draws' conditional covariance
+    :math:`E_u[L(u) L(u)^T] = \bar L \bar L^T + \sum_a v_a S_a S_a^T`, :math:`\bar L = L_k + \sum_a m_a S_a`
+    (the cell's mean ``m`` and variances ``v`` of ``u``, independent across axes); the points'
+    covariances where their factors do not follow ``u``."""
+    if design.x_chol_slope is None:
+        return design.x_cov
+    m, v = _cells(design)
+    slope = design.x_chol_slope
+    mean_chol = design.x_chol + np.einsum("kija,ka->kij", slope, m)
+    return (np.einsum("kij,klj->kil", mean_chol, mean_chol)
+            + np.einsum("kija,ka,klja->kil", slope, v, slope, optimize=True))
+
+
+def _cell_variances(design: NestedDesign):
+    """``(K, Dx)``: the diagonals of :func:`_cell_covariances`."""
+    if design.x_chol_slope is None:
+        return design.x_var
+    return np.diagonal(_cell_covariances(design), axis1=1, axis2=2)
+
+
 def mixture_variances(design: NestedDesign, size: int):
     """Mean and variance of each flat coordinate under the design's mixture: the diagonal of
     :func:`mixture_moments`, in ``O(K D)`` (structured conditionals of large models)."""
@@ -52,7 +73,7 @@ def mixture_variances(design: NestedDesign, size: int):
     mean, var = np.zeros(size), np.zeros(size)
     mean[ti], mean[xi] = w @ theta, w @ x_mean
     var[ti] = w @ (theta - mean[ti]) ** 2 + np.einsum("ia,k,ka->i", scale**2, w, v)
-    var[xi] = w @ design.x_var + w @ (x_mean - mean[xi]) ** 2 + np.einsum("kia,k,ka->i", slope**2, w, v)
+    var[xi] = w @ _cell_variances(design) + w @ (x_mean - mean[xi]) ** 2 + np.einsum("kia,k,ka->i", slope**2, w, v)
     return mean, var
 
 
@@ -96,7 +117,7 @@ def mixture_moments(design: NestedDesign, size: int):
     dx = x_mean - mean[xi]
     cov = np.zeros((size, size))
     cov[np.ix_(ti, ti)] = (dt * w[:, None]).T @ dt + np.einsum("ia,k,ka,ja->ij", scale, w, v, scale)
-    cov[np.ix_(xi, xi)] = (np.einsum("k,kij->ij", w, design.x_cov) + (dx * w[:, None]).T @ dx
+    cov[np.ix_(xi, xi)] = (np.einsum("k,kij->ij", w, _cell_covariances(design)) + (dx * w[:, None]).T @ dx
                            + np.einsum("kia,k,ka,kja->ij", slope, w, v, slope))
     cross = (dt * w[:, None]).T @ dx + np.einsum("ia,k,ka,kja->ij", scale, w, v, slope)
     cov[np.ix_(ti, xi)] = cross
@@ -125,36 +146,21 @@ def _split_normal(rng, sigma, n):
     return z, log_density
 
 
-def _cholesky(cov):
-    """Cholesky factors of the design points' conditional covariances ``(K, n, n)``. A point
-    deep in a funnel (a hierarchical scale near zero) has a covariance whose smallest
-    eigenvalues, computed in float32, are rounding: one slightly negative makes the
-    factorisation fail. Those points' eigenvalues are floored at float32's resolution of
-    their largest (the precision they were computed to); the others are factored as they are."""
-    try:
-        return np.linalg.cholesky(cov)
-    except np.linalg.LinAlgError:
-        out = np.empty_like(cov)
-        floor = np.finfo(np.float32).eps
-        for i, c in enumerate(cov):
-            try:
-                out[i] = np.linalg.cholesky(c)
-            except np.linalg.LinAlgError:
-                w, q = np.linalg.eigh(0.5 * (c + c.T))
-                w = np.maximum(w, floor * np.max(np.abs(w)))
-                out[i] = np.linalg.cholesky((q * w) @ q.T)
-        return out
-
-
-def _by_point(k, eps, chol):
-    """``chol[k_n] @ eps_n`` for every draw, grouped by design point (no (n, Dx, Dx) gather)."""
-    out = np.empty_like(eps)
+def _by_point(k, eps, chol, u, chol_slope):
+    r"""``(L(u_n) eps_n, log det L(u_n))`` for every draw, grouped by design point (no (n, Dx, Dx)
+    gather): :math:`L(u) = L_k + \sum_a S_{ka} u_a` (``chol_slope`` ``S``; ``None``: ``L_k``)."""
+    out, log_det = np.empty_like(eps), np.empty(len(k))
     order = np.argsort(k, kind="stable")
     bounds = np.searchsorted(k[order], np.arange(len(chol) + 1))
     for j in np.flatnonzero(np.diff(bounds)):
         rows = order[bounds[j] : bounds[j + 1]]
         out[rows] = eps[rows] @ chol[j].T
-    return out
+        diag = np.broadcast_to(np.diagonal(chol[j]), (rows.size, chol.shape[1]))
+        if chol_slope is not None:
+            out[rows] += np.einsum("nm,ima,na->ni", eps[rows], chol_slope[j], u[rows], optimize=True)
+            diag = diag + u[rows] @ np.diagonal(chol_slope[j])  # (n, d) (d, Dx)
+        log_det[rows] = np.sum(np.log(diag), axis=1)
+    return out, log_det
 
 
 DRAWS_PRNG = jax.extend.random.rbg_prng_impl
@@ -275,7 +281,7 @@ def draw(rng: np.random.Generator, design: NestedDesign, layout, num_samples: in
     mapped_x = np.concatenate([positions[site.name] for site, _ in sites] + [np.zeros(0, int)])
     flat, x_mapped, quad, log_det, mean_of = _conditional_draws(rng, design, theta, k, u, mapped_x)
     dx = design.x_mode.shape[1]
-    log_q = log_q - 0.5 * quad - log_det[k] - 0.5 * dx * math.log(2 * math.pi)
+    log_q = log_q - 0.5 * quad - log_det - 0.5 * dx * math.log(2 * math.pi)
     mapped = _family_draws(rng, design, sites, positions, x_mapped, k, mean_of)
     if isinstance(flat, np.ndarray):
         for (site, _), (_, _, y, _, _) in zip(sites, mapped):
@@ -346,8 +352,9 @@ def _hyper_draws(rng: np.random.Generator, design: NestedDesign, num_samples: in
 
 def _conditional_draws(rng: np.random.Generator, design: NestedDesign, theta, k, u, mapped_x):
     """``(flat (n, D) without the quantile sites' draws, x[:, mapped_x] (host), eps' eps,
-    log det S_k per point, mean_of(cols))``: the field given theta from its design point's
-    conditional Gaussian, its mean following ``u`` along the point's slope."""
+    log det of each draw's factor, mean_of(cols))``: the field given theta from its design point's
+    conditional Gaussian, its mean (and on a lattice with dense conditionals its Cholesky factor)
+    following ``u`` along the point's slope."""
     num_samples = len(k)
     if design.x_cov is None:
         # structured conditionals of a large model: drawn and assembled on the device
@@ -356,12 +363,11 @@ def _conditional_draws(rng: np.random.Generator, design: NestedDesign, theta, k,
         def mean_of(cols):
             return design.x_mean[:, cols][k] + np.einsum("nia,na->ni", design.x_slope[:, cols][k], u)
 
-        return flat, x_mapped, quad, log_det, mean_of
+        return flat, x_mapped, quad, log_det[k], mean_of
     eps = rng.standard_normal((num_samples, design.x_mode.shape[1]))
     x_mean = design.x_mean[k] + np.einsum("nia,na->ni", design.x_slope[k], u)
-    chol = _cholesky(design.x_cov)
-    log_det = np.sum(np.log(np.diagonal(chol, axis1=1, axis2=2)), axis=1)
-    x = x_mean + _by_point(k, eps, chol)
+    noise, log_det = _by_point(k, eps, design.x_chol, u, design.x_chol_slope)
+    x = x_mean + noise
     # the device path's runs of columns (NumPy's column scatter over 10^5 columns took seconds)
     parts = (np.asarray(theta, np.float64), x)
     flat = np.concatenate([parts[s][:, a:b] for s, a, b in flat_runs(design.theta_index, design.x_index)], axis=1)
