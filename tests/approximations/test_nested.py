@@ -290,14 +290,18 @@ def eight_schools_nested():
     return LaplaceMatching(model, hyper=["tau"], num_samples=1000).run(jax.random.PRNGKey(0), *args, **kwargs)
 
 
-def test_dense_draws_have_the_density_of_a_factor_that_follows_the_cell(eight_schools_nested):
+@pytest.mark.parametrize("gathered", [True, False], ids=["all-draws", "by-point"])
+def test_dense_draws_have_the_density_of_a_factor_that_follows_the_cell(eight_schools_nested, gathered, monkeypatch):
     """On a lattice the draws' conditional Cholesky factor moves with the hyperparameters across
     the cell, ``L(u) = L_k + S_k u``: each draw's log density is the Gaussian's with that factor
     (its log determinant per draw, not the point's), and the factor does move (eight schools'
-    theta given tau: the conditional SDs grow with tau)."""
+    theta given tau: the conditional SDs grow with tau). Both ways of forming the draws."""
     from scipy.stats import multivariate_normal
 
+    from numpyro_lm.approximations.nested import mixture
     from numpyro_lm.approximations.nested.fit import design_draws
+
+    monkeypatch.setattr(mixture, "GATHER_MAX", mixture.GATHER_MAX if gathered else 0)
 
     result = eight_schools_nested._result
     design = result.design
