@@ -110,3 +110,59 @@ def test_without_interpolation_every_points_shift_is_computed():
     marginal = FakeMarginal(lambda theta: 0.3 * theta[:, 0], smooth_shift)
     z, fits, _ = run(marginal, 1, coarse=False)
     assert marginal.plain == 0 and marginal.shifted == len(z)
+
+
+def _blob(d, seed=0):
+    """Integer lattice points of a random blob in ``d`` coordinates, a fifth of them unusable (failed fits)."""
+    rng = np.random.default_rng(seed)
+    grid = np.stack(np.meshgrid(*[np.arange(-4, 5)] * d, indexing="ij"), -1).reshape(-1, d)
+    keep = np.sum((grid / np.array([4.0, 3.0, 2.5][:d])) ** 2, 1) <= 1 + 0.3 * rng.uniform(size=len(grid))
+    points = grid[keep]
+    return points, rng.uniform(size=len(points)) > 0.2
+
+
+@pytest.mark.parametrize("d", [1, 2, 3])
+def test_lattice_slopes_are_exact_on_a_linear_function_and_zero_without_a_neighbour(d):
+    """A linear function's differences are its slope whichever neighbours a point has (both, one),
+    and zero where it has no usable one along an axis: checked against a per-point dictionary."""
+    from numpyro_lm.approximations.nested.lattice_design import lattice_slopes
+
+    points, usable = _blob(d)
+    step, slope = 0.75, np.array([1.5, -2.0, 0.25])[:d]
+    z = points * step
+    values = np.stack([z @ slope, 3.0 * z[:, 0]], 1)  # (K, 2)
+    got = lattice_slopes(z, step, values, usable)
+    where = {tuple(p): i for i, p in enumerate(points.tolist()) if usable[i]}
+    for i, p in enumerate(points.tolist()):
+        for a in range(d):
+            moved = [tuple(p[:a] + [p[a] + s] + p[a + 1:]) for s in (-1, 1)]
+            expected = [slope[a], 3.0 * (a == 0)] if any(m in where for m in moved) else [0.0, 0.0]
+            np.testing.assert_allclose(got[i, :, a], expected, atol=1e-12)
+
+
+@pytest.mark.parametrize("d", [1, 2, 3])
+def test_cell_shapes_are_exact_on_a_quadratic_wherever_two_neighbours_exist(d):
+    """``log p~`` quadratic along each axis: a usable point with both neighbours, or two on one side,
+    reads its gradient and curvature exactly; with one neighbour alone, the line (curvature zero)."""
+    from numpyro_lm.approximations.nested.lattice_design import _cell_shapes
+
+    points, usable = _blob(d, seed=1)
+    step, centre, curvature = 0.5, np.array([0.3, -0.6, 0.1])[:d], np.array([2.0, 0.5, 1.0])[:d]
+    z = points * step
+    logp = np.where(usable, -0.5 * np.sum(curvature * (z - centre) ** 2, 1), -np.inf)
+    g, c = _cell_shapes(points, usable, logp, step)
+    where = {tuple(p) for i, p in enumerate(points.tolist()) if usable[i]}
+    for i, p in enumerate(points.tolist()):
+        if not usable[i]:  # a failed point carries no weight (the design drops it)
+            continue
+        for a in range(d):
+            def has(s):
+                return tuple(p[:a] + [p[a] + s] + p[a + 1:]) in where
+            exact_g = -curvature[a] * (z[i, a] - centre[a])
+            if (has(1) and has(-1)) or (has(1) and has(2)) or (has(-1) and has(-2)):
+                np.testing.assert_allclose([g[i, a], c[i, a]], [exact_g, curvature[a]], atol=1e-9)
+            elif has(1) or has(-1):
+                s = 1 if has(1) else -1  # the secant's slope at the point
+                np.testing.assert_allclose([g[i, a], c[i, a]], [exact_g - 0.5 * s * curvature[a] * step, 0.0], atol=1e-9)
+            else:
+                assert g[i, a] == 0.0 and c[i, a] == 0.0
