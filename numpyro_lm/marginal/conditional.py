@@ -155,6 +155,13 @@ def conditional_fit(neg_log_density: Callable, theta, x0, tol: float, max_iter: 
     blocks, each block's own terms of the log density (:mod:`.block_terms`) for their quadrature.
     """
     log_density = lambda x, t: -neg_log_density(t, x)  # noqa: E731 - the marginal's argument order
+    if x0.shape[-1] == 0:
+        # nothing left to condition on (every coordinate a hyperparameter): the marginal is the density
+        value = log_density(x0, theta)
+        empty = jnp.zeros((0, 0), x0.dtype)
+        curvature = CholeskyCurvature(empty, empty)
+        return PointFits(jnp.where(jnp.isfinite(value), value, -jnp.inf), x0, empty, x0, jnp.zeros(0, bool), {},
+                         x0, x0), curvature
     state = inner_search(log_density, theta, x0, tol, max_iter, hessian)
     if not isinstance(hessian, DenseHessian):
         values = None if blocks is None else (lambda x, t: blocks(t, x))

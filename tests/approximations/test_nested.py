@@ -91,6 +91,60 @@ def test_more_than_ten_hyper_coordinates_are_refused():
         ccd_points(11)
 
 
+def normal_unknown_scale(y):
+    mu = numpyro.sample("mu", dist.Normal(0.0, 10.0))
+    sigma = numpyro.sample("sigma", dist.HalfNormal(5.0))
+    with numpyro.plate("data", y.shape[0]):
+        numpyro.sample("y", dist.Normal(mu, sigma), obs=y)
+
+
+def exact_moments(y):
+    """Means and SDs of ``mu`` and ``sigma`` by brute-force quadrature on a fine grid."""
+    mu = np.linspace(-15.0, 15.0, 3001)[:, None]
+    sigma = np.linspace(1e-3, 30.0, 6000)[None, :]
+    log_p = (-0.5 * (mu / 10.0) ** 2 - 0.5 * (sigma / 5.0) ** 2
+             - y.size * np.log(sigma) - 0.5 * np.sum((y[:, None, None] - mu) ** 2, 0) / sigma**2)
+    p = np.exp(log_p - log_p.max())
+    p /= p.sum()
+    out = {}
+    for name, grid in (("mu", np.broadcast_to(mu, p.shape)), ("sigma", np.broadcast_to(sigma, p.shape))):
+        m = np.sum(p * grid)
+        out[name] = (m, np.sqrt(np.sum(p * (grid - m) ** 2)))
+    return out
+
+
+def test_hyper_naming_every_site_integrates_the_posterior_on_a_lattice():
+    """With every latent site a hyperparameter nothing is left to condition on: the lattice
+    integrates the posterior itself. Five observations leave sigma's posterior skewed: the
+    lattice's means and SDs are within Monte Carlo error of the exact ones, where the default
+    fit's (Laplace in the log basis) are not."""
+    y = np.array([1.2, -0.4, 2.5, 0.9, 3.1])
+    truth = exact_moments(y)
+    n = 4000
+    lattice = LaplaceMatching(normal_unknown_scale, hyper=["mu", "sigma"], num_samples=n).run(jax.random.PRNGKey(0), y)
+    assert lattice.design.kind == "lattice" and lattice.design.x_mode.shape[1] == 0
+    assert lattice.diagnostics()["trusted"]
+    samples = lattice.get_samples()
+    for name, (m, sd) in truth.items():
+        x = np.asarray(samples[name], np.float64)
+        # 4 Monte Carlo SEs of a mean (sd / sqrt(n)) and of an SD (about sd sqrt(kurtosis - 1) / (2 sqrt(n)),
+        # sigma's kurtosis under 9 here)
+        assert abs(x.mean() - m) / sd < 4 / np.sqrt(n), (name, x.mean(), m, sd)
+        assert abs(x.std() / sd - 1) < 4 * np.sqrt(8) / (2 * np.sqrt(n)), (name, x.std(), sd)
+    laplace = LaplaceMatching(normal_unknown_scale, strategy="laplace", num_samples=n).run(jax.random.PRNGKey(0), y)
+    m, sd = truth["sigma"]
+    assert abs(np.asarray(laplace.get_samples()["sigma"], np.float64).mean() - m) / sd > 4 / np.sqrt(n)
+
+
+def test_hyper_naming_every_site_beyond_the_lattice_is_refused():
+    def four(y):
+        loc = numpyro.sample("loc", dist.Normal(0.0, 1.0).expand([3]).to_event(1))
+        numpyro.sample("y", dist.Normal(loc.sum(), numpyro.sample("s", dist.HalfNormal(1.0))), obs=y)
+
+    with pytest.raises(ValueError, match=r"names every latent site \(4 coordinates\).*at most 3"):
+        LaplaceMatching(four, hyper=["loc", "s"]).run(jax.random.PRNGKey(0), 1.0)
+
+
 def test_stencil_derivatives_of_a_quadratic_are_exact():
     a = np.array([[2.0, 0.3], [0.3, 1.0]])
     f = lambda t: -0.5 * t @ a @ t + t @ np.array([1.0, -2.0])
