@@ -29,8 +29,12 @@ def diagnostics_of(result) -> dict:
         return values[0] if one else values
 
     tried = () if result.trail is None else {a.candidate for a in result.trail}
-    if getattr(result, "design", None) is not None:
+    design = getattr(result, "design", None)
+    if design is not None:
         tried = {*tried, "nested"}  # a nested fit: hyper= was given
+    # a model of at most three coordinates not yet integrated on a lattice over all of them
+    small = one and result.info.size <= 3 and (design is None or design.x_mode.shape[1] > 0)
+    lattice_sites = [s.name for s in result.info.layout.sites] if small else None
     return {
         **result.fit_diagnostics(),
         "trusted": per_row([v.trusted for v in verdicts]),
@@ -47,7 +51,7 @@ def diagnostics_of(result) -> dict:
         "elbo": per_row([w.elbo for w in rows]),
         "log_evidence": per_row([w.log_evidence for w in rows]),
         "num_samples": int(result.num_samples),
-        "verdict": each([verdict_sentence(v, w.khat, w.ess, tried) for v, w in zip(verdicts, rows)]),
+        "verdict": each([verdict_sentence(v, w.khat, w.ess, tried, lattice_sites) for v, w in zip(verdicts, rows)]),
         "trail": None if result.trail is None else [a._asdict() for a in result.trail],
     }
 

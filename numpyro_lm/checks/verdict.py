@@ -273,9 +273,11 @@ def _second_opinion(wide, i: int, weights, collapsed: bool):
     return wide(i)
 
 
-def verdict_sentence(verdict: Verdict, khat: float, ess: float, tried=()) -> str:
+def verdict_sentence(verdict: Verdict, khat: float, ess: float, tried=(), lattice_sites=None) -> str:
     """The verdict in words, with what to do: reweighted draws where the weights allow,
-    then the cheaper fixes not yet in ``tried`` (the auto-pilot's candidates) before NUTS."""
+    then the cheaper fixes not yet in ``tried`` (the auto-pilot's candidates) before NUTS;
+    ``lattice_sites``: a model of at most three coordinates, whose sites named as ``hyper=``
+    integrate its posterior on a lattice (:func:`~numpyro_lm.approximations.nested.nested_coordinates`)."""
     if verdict.trusted:
         worst = max(verdict.shift.values(), default=0.0)
         k = "-inf (the approximation is exact up to rounding)" if khat == -np.inf else f"{khat:.2f}"
@@ -297,5 +299,8 @@ def verdict_sentence(verdict: Verdict, khat: float, ess: float, tried=()) -> str
         fix += 'for a hierarchical scale, LaplaceMatching(model, hyper="auto") (nested Laplace); or '
     if "refine" not in tried:
         fix += 'for a skewed posterior, refine="dadvi"; or '
+    if lattice_sites:
+        fix += (f"with so few coordinates, LaplaceMatching(model, hyper={list(lattice_sites)!r}) integrates the "
+                "posterior on a lattice (it sees no mode beyond the lattice's reach); or ")
     fix += NUTS_HINT
     return "NOT trusted: " + "; ".join(verdict.reasons) + ". To fix: " + fix + "."

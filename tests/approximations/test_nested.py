@@ -113,6 +113,7 @@ def exact_moments(y):
     return out
 
 
+@pytest.mark.slow  # 5 s: CI=true and make test-all (the advice test below fits such a lattice by default)
 def test_hyper_naming_every_site_integrates_the_posterior_on_a_lattice():
     """With every latent site a hyperparameter nothing is left to condition on: the lattice
     integrates the posterior itself. Five observations leave sigma's posterior skewed: the
@@ -134,6 +135,20 @@ def test_hyper_naming_every_site_integrates_the_posterior_on_a_lattice():
     laplace = LaplaceMatching(normal_unknown_scale, strategy="laplace", num_samples=n).run(jax.random.PRNGKey(0), y)
     m, sd = truth["sigma"]
     assert abs(np.asarray(laplace.get_samples()["sigma"], np.float64).mean() - m) / sd > 4 / np.sqrt(n)
+
+
+def test_an_untrusted_small_model_is_told_of_the_lattice_and_the_lattice_fit_is_not():
+    """A curved ridge of two coordinates (Laplace untrusted): the advice names ``hyper=`` with
+    both sites; a fit over both has nothing more to suggest of the kind."""
+    def ridge():
+        x = numpyro.sample("x", dist.Normal(0.0, 1.0))
+        numpyro.sample("y", dist.Normal(x**2, 0.3))
+
+    laplace = LaplaceMatching(ridge, strategy="laplace").run(jax.random.PRNGKey(0))
+    assert not laplace.diagnostics()["trusted"]
+    assert "hyper=['x', 'y']" in laplace.diagnostics()["verdict"]
+    lattice = LaplaceMatching(ridge, hyper=["x", "y"]).run(jax.random.PRNGKey(0))
+    assert "hyper=['x', 'y']" not in lattice.diagnostics()["verdict"]
 
 
 def test_hyper_naming_every_site_beyond_the_lattice_is_refused():

@@ -166,6 +166,15 @@ def test_the_advice_names_the_cheaper_fixes_not_yet_tried_before_nuts():
     assert "hyper=" not in after_autopilot and "refine=" not in after_autopilot and "warm_nuts" in after_autopilot
 
 
+def test_a_small_models_advice_names_the_lattice_over_every_site_before_nuts():
+    from numpyro_lm.checks.verdict import Verdict, verdict_sentence
+
+    bad = Verdict(False, ("k-hat 1.20 > 0.70",), 0.7, {"a": 2.0})
+    small = verdict_sentence(bad, 1.2, 3.0, lattice_sites=["a", "b"])
+    assert "hyper=['a', 'b']" in small and small.index("hyper=['a', 'b']") < small.index("warm_nuts")
+    assert "lattice" not in verdict_sentence(bad, 1.2, 3.0)
+
+
 @pytest.mark.parametrize("ess, collapsed, trusted", [(995.0, True, True), (995.0, False, False), (980.0, True, False)])
 def test_a_heavy_tail_of_nearly_uniform_collapsed_weights_does_not_count(ess, collapsed, trusted):
     """k-hat 0.8 over 1000 draws is a reason, except for weights over a few coordinates (the
