@@ -28,6 +28,12 @@ first whose verdict (:mod:`numpyro_lm.checks.verdict`) is *trusted*:
    ``benchmarks/refine.py``'s models), where the joint fit ran and nothing else was trusted;
    not among the :data:`DEFAULT_CANDIDATES`.
 
+6. ``"lattice"``, for a model of at most three coordinates where nothing above was trusted: its
+   posterior integrated on a lattice (nested over every site: :mod:`numpyro_lm.approximations.nested`),
+   trusted only where nothing lies beyond the lattice's reach (:mod:`.nested.reach`). On NumPyro's
+   test models it answered a GP regression's three hyperparameters (0.021 NUTS SDs; Laplace 0.196,
+   untrusted) and a change point (0.024; Laplace 0.114, untrusted).
+
 The PSIS step is repeated once from its own fresh draws where they are reliable
 (adaptive importance sampling with the Gaussians in the LM basis).
 
@@ -53,11 +59,13 @@ from ..runtime.programs import program
 from .joint import JointResult, run_joint
 from .joint_fit import FitOptions, JointFit, matched_fit, refine_fit
 from .nested import run_nested
+from .nested.lattice_design import LATTICE
+from .nested.reach import unreached
 
 __all__ = ["Attempt", "CANDIDATES", "DEFAULT_CANDIDATES", "moment_fit", "run_auto"]
 
-CANDIDATES = ("nested", "laplace", "psis", "refine")
-DEFAULT_CANDIDATES = ("nested", "laplace", "psis")
+CANDIDATES = ("nested", "laplace", "psis", "refine", "lattice")
+DEFAULT_CANDIDATES = ("nested", "laplace", "psis", "lattice")
 """What ``strategy="auto"`` tries. ``"refine"`` (``run_auto(..., candidates=CANDIDATES)``)
 is left out: on the trust suite it was tried on one model only (the others were trusted
 earlier), did not make it trusted, and its first call compiles a refinement program of its own."""
@@ -183,10 +191,27 @@ def run_auto(info, options: FitOptions, rng_key, args, kwargs, init_params=None,
         if ok:
             return result, trail
 
+    sites = [s.name for s in info.layout.sites]
+    if "lattice" in candidates and info.size <= max(LATTICE) and sites not in (hyper, located):
+        # a model of at most three coordinates: its posterior integrated on a lattice (nothing to
+        # condition on), trusted only where nothing lies beyond the lattice's reach
+        result, ok = attempt("lattice", lambda: _lattice_result(info, options, sites, rng_key, args, kwargs,
+                                                                init_params, common))
+        if ok:
+            return result, trail
+
     if not results:
         raise _no_fit_error(info, trail, first_error)
     _, result = min(results, key=lambda ar: _badness(*ar))
     return result, trail
+
+
+def _lattice_result(info, options, sites, rng_key, args, kwargs, init_params, common):
+    """The nested fit over every site (a lattice over the posterior itself), with what lies beyond
+    its reach among its verdict's reasons (:func:`~numpyro_lm.approximations.nested.reach.unreached`)."""
+    result = run_nested(info, options, sites, rng_key, args, kwargs, init_params, **common)
+    result.unreached = unreached(result)
+    return result
 
 
 def _no_fit_error(info, trail, first_error: ValueError) -> ValueError:

@@ -71,6 +71,7 @@ class NestedResult(Result):
         self._gaussian, self._params, self._finite, self._positive = matched
         self._design_draws, self._log_q, self._block_distance = dict(design_draws or {}), {}, {}
         self._nonfinite = {}
+        self.unreached = []  # reasons from beyond a lattice over every coordinate (.reach.unreached)
 
     @property
     def collapsed_weights(self) -> bool:
@@ -140,8 +141,8 @@ class NestedResult(Result):
     def structure_reasons(self, i: int) -> list:
         n = self.num_diagnostic_samples
         if self.blocks is None or not self._nonfinite.get(n):
-            return []
-        return [f"the density with the blocks integrated out is not finite at {self._nonfinite[n]} of {n} draws "
+            return list(self.unreached)
+        return list(self.unreached) + [f"the density with the blocks integrated out is not finite at {self._nonfinite[n]} of {n} draws "
                 "(a block's quadrature left the support): the draws of the hyperparameters and globals reach "
                 "where the model is not defined"]
 
