@@ -33,7 +33,8 @@ def diagnostics_of(result) -> dict:
     if design is not None:
         tried = {*tried, "nested"}  # a nested fit: hyper= was given
     # a model of at most three coordinates not yet integrated on a lattice over all of them
-    small = one and result.info.size <= 3 and (design is None or design.x_mode.shape[1] > 0)
+    small = (one and result.info.size <= 3 and "lattice" not in tried
+             and (design is None or design.x_mode.shape[1] > 0))
     lattice_sites = [s.name for s in result.info.layout.sites] if small else None
     return {
         **result.fit_diagnostics(),

@@ -45,3 +45,11 @@ def test_the_auto_pilot_tries_the_lattice_last_and_trusts_it_only_with_nothing_b
     assert trail[-1]["candidate"] == "lattice" and not trail[-1]["trusted"]
     assert any("beyond the lattice" in r for r in trail[-1]["reasons"])
     assert not lm.diagnostics()["trusted"]
+
+
+def test_after_the_auto_pilots_lattice_the_advice_does_not_suggest_it_again():
+    lm = LaplaceMatching(double_well, progress_bar=False)
+    with np.testing.suppress_warnings() as sup:
+        sup.filter(UserWarning)
+        lm.run(jax.random.PRNGKey(0))
+    assert "hyper=['x']" not in lm.diagnostics()["verdict"]
