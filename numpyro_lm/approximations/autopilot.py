@@ -191,12 +191,8 @@ def run_auto(info, options: FitOptions, rng_key, args, kwargs, init_params=None,
         if ok:
             return result, trail
 
-    sites = [s.name for s in info.layout.sites]
-    if "lattice" in candidates and info.size <= max(LATTICE) and sites not in (hyper, located):
-        # a model of at most three coordinates: its posterior integrated on a lattice (nothing to
-        # condition on), trusted only where nothing lies beyond the lattice's reach
-        result, ok = attempt("lattice", lambda: _lattice_result(info, options, sites, rng_key, args, kwargs,
-                                                                init_params, common))
+    if "lattice" in candidates and info.size <= max(LATTICE):
+        result, ok = _lattice_rung(attempt, info, options, (hyper, located), rng_key, args, kwargs, init_params, common)
         if ok:
             return result, trail
 
@@ -206,12 +202,21 @@ def run_auto(info, options: FitOptions, rng_key, args, kwargs, init_params=None,
     return result, trail
 
 
-def _lattice_result(info, options, sites, rng_key, args, kwargs, init_params, common):
-    """The nested fit over every site (a lattice over the posterior itself), with what lies beyond
-    its reach among its verdict's reasons (:func:`~numpyro_lm.approximations.nested.reach.unreached`)."""
-    result = run_nested(info, options, sites, rng_key, args, kwargs, init_params, **common)
-    result.unreached = unreached(result)
-    return result
+def _lattice_rung(attempt, info, options, tried_hyper, rng_key, args, kwargs, init_params, common):
+    """``attempt``'s ``(result, trusted)`` of the nested fit over every site of a model of at most
+    three coordinates (a lattice over the posterior itself: nothing to condition on), with what
+    lies beyond its reach among its verdict's reasons (:func:`~numpyro_lm.approximations.nested.reach.unreached`);
+    ``(None, False)`` where a nested fit over every site was already tried (``tried_hyper``)."""
+    sites = [s.name for s in info.layout.sites]
+    if sites in tried_hyper:
+        return None, False
+
+    def fit():
+        result = run_nested(info, options, sites, rng_key, args, kwargs, init_params, **common)
+        result.unreached = unreached(result)
+        return result
+
+    return attempt("lattice", fit)
 
 
 def _no_fit_error(info, trail, first_error: ValueError) -> ValueError:
