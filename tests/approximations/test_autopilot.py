@@ -117,11 +117,17 @@ def test_strategy_is_checked_and_explicit_options_win():
 
 
 @pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
+def four_coordinates_two_bumps():
+    """Two bumps along ``x[0]`` (N(-1.5, 1) and N(2, 1)), three standard normals beside them."""
+    x = numpyro.sample("x", dist.Normal(0.0, 10.0).expand([4]).to_event(1))
+    numpyro.factor("mix", jnp.logaddexp(dist.Normal(-1.5, 1.0).log_prob(x[0]), dist.Normal(2.0, 1.0).log_prob(x[0]))
+                   + jnp.sum(dist.Normal(0.0, 1.0).log_prob(x[1:])))
+
+
 def test_fallback_runs_warm_started_nuts_where_nothing_is_trusted(x32):
     # a bimodal target: no Gaussian candidate is trusted; NUTS from the fit finds both modes
-    def two_bumps():
-        x = numpyro.sample("x", dist.Normal(0.0, 10.0))
-        numpyro.factor("mix", jnp.logaddexp(dist.Normal(-1.5, 1.0).log_prob(x), dist.Normal(2.0, 1.0).log_prob(x)))
+    # (four coordinates: a lattice over every site, the last rung for three or fewer, would answer it)
+    two_bumps = four_coordinates_two_bumps
 
     with pytest.raises(ValueError, match="fallback"):
         LaplaceMatching(two_bumps, fallback="mcmc")
@@ -132,7 +138,8 @@ def test_fallback_runs_warm_started_nuts_where_nothing_is_trusted(x32):
     d = lm.diagnostics()
     assert d["trail"][-1]["candidate"] == "nuts" and "nuts" in d
     x = np.asarray(lm.get_samples()["x"])
-    assert x.shape == (2000,)
+    assert x.shape == (2000, 4)
+    x = x[:, 0]
     # the mixture (N(0, 10) prior aside): mean 0.25, sd sqrt(1 + 1.75^2) = 2.02; NUTS's MC
     # error with an ESS above 100 is below 0.2
     assert abs(x.mean() - 0.25) < 0.4 and x.std() == pytest.approx(2.02, abs=0.25)
@@ -140,7 +147,7 @@ def test_fallback_runs_warm_started_nuts_where_nothing_is_trusted(x32):
         lm.get_samples(resample="psis")
     # ArviZ reads NUTS's one chain of 2000 draws, not LM's pseudo-chains
     assert (lm.num_chains, lm.thinning) == (1, 1)
-    assert lm.get_samples(group_by_chain=True)["x"].shape == (1, 2000)
+    assert lm.get_samples(group_by_chain=True)["x"].shape == (1, 2000, 4)
 
 
 SIGMA = jnp.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
@@ -177,11 +184,7 @@ def test_laplace_nuts_fallback_integrates_the_field_out_where_the_joint_fit_is_n
 
 @pytest.mark.slow  # a long end-to-end run: CI=true and make test-all
 def test_laplace_nuts_fallback_without_a_field_goes_on_to_nuts_and_says_so(x32):
-    def two_bumps():
-        x = numpyro.sample("x", dist.Normal(0.0, 10.0))
-        numpyro.factor("mix", jnp.logaddexp(dist.Normal(-1.5, 1.0).log_prob(x), dist.Normal(2.0, 1.0).log_prob(x)))
-
-    lm = LaplaceMatching(two_bumps, fallback="laplace_nuts", num_samples=1000, progress_bar=False)
+    lm = LaplaceMatching(four_coordinates_two_bumps, fallback="laplace_nuts", num_samples=1000, progress_bar=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NotTrustedWarning)
         lm.run(KEY)
