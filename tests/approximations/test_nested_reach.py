@@ -1,5 +1,7 @@
 """What a lattice over every coordinate does not reach (numpyro_lm/approximations/nested/reach.py)."""
 
+import warnings
+
 import jax
 import numpy as np
 import numpyro
@@ -38,8 +40,8 @@ def test_nothing_is_beyond_the_lattice_of_a_single_mode():
 def test_the_auto_pilot_tries_the_lattice_last_and_trusts_it_only_with_nothing_beyond():
     """The double well: Laplace, PSIS and the lattice all untrusted, the lattice for what lies beyond it."""
     lm = LaplaceMatching(double_well, progress_bar=False)
-    with np.testing.suppress_warnings() as sup:
-        sup.filter(UserWarning)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the verdict is asserted below
         lm.run(jax.random.PRNGKey(0))
     trail = lm.diagnostics()["trail"]
     assert trail[-1]["candidate"] == "lattice" and not trail[-1]["trusted"]
@@ -49,7 +51,27 @@ def test_the_auto_pilot_tries_the_lattice_last_and_trusts_it_only_with_nothing_b
 
 def test_after_the_auto_pilots_lattice_the_advice_does_not_suggest_it_again():
     lm = LaplaceMatching(double_well, progress_bar=False)
-    with np.testing.suppress_warnings() as sup:
-        sup.filter(UserWarning)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the verdict is asserted below
         lm.run(jax.random.PRNGKey(0))
     assert "hyper=['x']" not in lm.diagnostics()["verdict"]
+
+
+def test_looking_beyond_the_lattice_compiles_nothing_on_new_data_of_the_same_shape():
+    """The scanned grid's shape is fixed by the dimension, not by how many of its cells the lattice covers."""
+    compiles = []
+
+    def listener(name, duration, **kwargs):
+        if name == "/jax/core/compile/backend_compile_duration":
+            compiles.append(duration)
+
+    lm = LaplaceMatching(normal_unknown_scale, hyper=["mu", "sigma"])
+    lm.run(jax.random.PRNGKey(0), np.array([1.2, -0.4, 2.5, 0.9, 3.1], np.float32))
+    unreached(lm._result)
+    lm.run(jax.random.PRNGKey(0), np.array([0.3, 4.0, -2.2, 0.8, 1.9], np.float32))  # another lattice
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        unreached(lm._result)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    assert compiles == []

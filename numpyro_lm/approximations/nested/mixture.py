@@ -147,11 +147,11 @@ def _split_normal(rng, sigma, n):
 
 
 GATHER_MAX = 2**22
-"""Most numbers in the draws' gathered factors (``n Dx^2``) for :func:`_by_point` to take every
+"""Most numbers in the draws' gathered factors (``n Dx^2``) for :func:`_factor_noise` to take every
 draw's at once; above, it works point by point (no ``(n, Dx, Dx)`` array)."""
 
 
-def _by_point(k, eps, chol, u, chol_slope):
+def _factor_noise(k, eps, chol, u, chol_slope):
     r"""``(L(u_n) eps_n, log det L(u_n))`` for every draw: :math:`L(u) = L_k + \sum_a S_{ka} u_a`
     (``chol_slope`` ``S``; ``None``: ``L_k``), as :math:`L_k \epsilon + \sum_a u_a S_{ka} \epsilon`
     over all draws at once where they are few (:data:`GATHER_MAX`; eight schools' 4000 draws over 29
@@ -383,7 +383,7 @@ def _conditional_draws(rng: np.random.Generator, design: NestedDesign, theta, k,
         return flat, x_mapped, quad, log_det[k], mean_of
     eps = rng.standard_normal((num_samples, design.x_mode.shape[1]))
     x_mean = design.x_mean[k] + np.einsum("nia,na->ni", design.x_slope[k], u)
-    noise, log_det = _by_point(k, eps, design.x_chol, u, design.x_chol_slope)
+    noise, log_det = _factor_noise(k, eps, design.x_chol, u, design.x_chol_slope)
     x = x_mean + noise
     # the device path's runs of columns (NumPy's column scatter over 10^5 columns took seconds)
     parts = (np.asarray(theta, np.float64), x)

@@ -45,11 +45,13 @@ def unreached(result) -> list:
     z = np.array(list(itertools.product(axis, repeat=d)), np.float64)
     covered = {tuple(p) for p in np.rint(design.z / design.step).astype(np.int64).tolist()}
     outside = np.array([tuple(p) not in covered for p in np.rint(z / design.step).astype(np.int64).tolist()])
-    z = z[outside]
+    # the whole grid evaluated (a shape fixed by the dimension: a warm call compiles nothing), the
+    # lattice's own cells masked after
     flat = np.zeros((len(z), result.info.size))
     flat[:, design.theta_index] = design.mode + z @ design.scale.T
     log_p = np.asarray(result.call(log_densities, (result.info,), (flat.astype(np.float32),), float64=True,
                                    points=len(z)), np.float64)
+    z, log_p = z[outside], log_p[outside]
     top = float(result.search.log_density)  # the density's maximum: the lattice is centred on it
     # the scanned cells' share of the mass (unit cells; the mass near the top is about (2 pi)^(d/2)
     # exp(top) in these units, the mode's curvature being the identity in them)
