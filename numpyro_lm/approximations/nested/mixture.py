@@ -17,6 +17,7 @@ from ...families.registry import basis_log_prob
 from ...marginal.conditional import quantile_sites, x_positions
 from ...runtime.precision import precise_jit
 from ...runtime.programs import BATCH_COMPILE, program
+from ...runtime.random import standard_normal
 from ..joint_fit import rows_at_once
 from .design import NestedDesign
 from .lattice_design import cell_draws, cell_moments
@@ -228,7 +229,7 @@ def _structured_program(rows, runs, indices, curvatures, x_mean, x_slope, key, k
 
     def one(inputs):
         i, point, offset, t = inputs
-        e = jax.random.normal(jax.random.fold_in(key, i), (dx,), x_mean.dtype)
+        e = standard_normal(jax.random.fold_in(key, i), (dx,), x_mean.dtype)
         curvature = jax.tree.map(lambda a: a[point], curvatures)
         if indices is not None:
             (start, blocks, size), glob = indices
