@@ -15,8 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["standard_normal", "normal_rows", "uniform_rows", "log_gamma", "host_generator", "host_log_gamma", "num_pseudo_chains",
-           "split_chains", "PSEUDO_CHAINS"]
+__all__ = ["standard_normal", "normal_rows", "uniform_rows", "log_gamma", "host_generator", "host_log_gamma",
+           "num_pseudo_chains", "split_chains", "PSEUDO_CHAINS"]
 
 
 # M. Giles, "Approximating the erfinv function" (GPU Computing Gems, 2010), single precision:
@@ -35,7 +35,7 @@ def _polynomial(coefficients, t):
 
 
 def _erfinv32(x):
-    """Giles's single-precision ``erfinv`` (relative error below 1e-5 against JAX's, ample for draws)."""
+    """Giles's single-precision ``erfinv`` (relative error below 1e-6 against SciPy's float64 one)."""
     w = -jnp.log((1.0 - x) * (1.0 + x))
     centre = _polynomial(_ERFINV_CENTRE, w - 2.5)
     tail = _polynomial(_ERFINV_TAIL, jnp.sqrt(jnp.maximum(w, 5.0)) - 3.0)
@@ -56,8 +56,8 @@ def standard_normal(rng_key, shape: tuple, dtype=None):
     if dtype != jnp.float32:
         return jax.random.normal(rng_key, shape, dtype)
     bits = jax.random.bits(rng_key, shape, jnp.uint32)
-    # the top 24 bits k, centred: (2k + 1 - 2^24) 2^-24, an odd integer below 2^24 (exact in float32,
-    # where k + 1/2 is not above 2^23) over 2^24: never +-1
+    # the top 24 bits k, centred: (2k + 1 - 2^24) 2^-24, an odd integer below 2^24 over 2^24: exact
+    # in float32 (k + 1/2 is not, above 2^23: it rounded to u = 1 and an infinite draw), never +-1
     odd = (2 * (bits >> 8) + 1).astype(jnp.int32) - 2**24
     u = odd.astype(jnp.float32) * (2.0**-24)
     return (np.sqrt(2.0) * _erfinv32(u)).astype(dtype)

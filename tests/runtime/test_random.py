@@ -48,6 +48,7 @@ def test_standard_normal_float32_is_standard_and_finite():
     assert abs(np.mean(z.astype(np.float64) ** 4) - 3) < 0.05
     # reproducible, each key its own, and normal_rows' rows in float32 are prefix-stable
     np.testing.assert_array_equal(z[:5], standard_normal(jax.random.PRNGKey(5), (n,), jnp.float32)[:5])
+    assert not np.allclose(z[:5], standard_normal(jax.random.PRNGKey(7), (5,), jnp.float32))
     rows = normal_rows(jax.random.PRNGKey(6), 9, (3,), jnp.float32)
     np.testing.assert_array_equal(rows[:4], normal_rows(jax.random.PRNGKey(6), 4, (3,), jnp.float32))
 
