@@ -12,7 +12,8 @@ words a user can act on):
    posterior itself, so the distance between each coordinate's draws under ``q`` and the
    same draws reweighted towards ``p`` estimates how far ``q``'s marginal is from the
    posterior's: :func:`importance_shift` measures it as a Wasserstein-1 distance in units
-   of the coordinate's SD, the score our benchmarks use against long NUTS runs. A shift
+   of the coordinate's posterior SD (from the weighted draws), the score our benchmarks use
+   against long NUTS runs. A shift
    above :data:`SHIFT_TRUSTED` (plus its Monte Carlo noise) means ``q``'s marginals are
    off even though ``p/q`` is well behaved (e.g. the joint-vs-marginal offset of a noise
    scale), which a k-hat alone misses: adding well-identified coordinates leaves ``p/q``
@@ -35,9 +36,10 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
+from .shift import importance_shift
 from .wide import WIDE_DF, WideCheck
 
-__all__ = ["NotTrustedWarning", "SHIFT_TRUSTED", "EDGE", "Verdict", "khat_threshold", "importance_shift", "judge",
+__all__ = ["NotTrustedWarning", "SHIFT_TRUSTED", "EDGE", "Verdict", "khat_threshold", "judge",
            "verdict_sentence", "NUTS_HINT", "distinct_modes", "MODE_DISTANCE", "MODE_MASS", "judge_fits",
            "NEAR_UNIFORM_ESS", "near_uniform"]
 
@@ -109,28 +111,6 @@ def khat_threshold(num_samples: int) -> float:
     r""":math:`\min(1 - 1/\log_{10} S, 0.7)`: the largest k-hat for which ``S`` weighted draws
     give reliable estimates (Vehtari et al. 2024)."""
     return float(min(1.0 - 1.0 / np.log10(max(num_samples, 11)), 0.7))
-
-
-def importance_shift(values, log_weights):
-    r"""Per column of ``values (S, K)``: the Wasserstein-1 distance between its ``S`` draws
-    with equal weights and with ``exp(log_weights)``, over the equal-weight SD.
-
-    On sorted values :math:`x_{(1)} \le \dots \le x_{(S)}` with cumulative weights :math:`W_i`,
-    :math:`W_1 = \sum_{j \le i} (w_{(j)} - 1/S)\,(x_{(i+1)} - x_{(i)})` summed in absolute value.
-    Columns with zero spread get 0.
-    """
-    # (K, S): each column's draws contiguous, sorted along rows (faster than along axis 0)
-    x = np.asarray(values, np.float64).reshape(len(log_weights), -1).T
-    lw = np.asarray(log_weights, np.float64)
-    w = np.exp(lw - np.max(lw))
-    w /= np.sum(w)
-    order = np.argsort(x, axis=1)
-    xs = np.take_along_axis(x, order, axis=1)
-    gap = np.cumsum(w[order] - 1.0 / x.shape[1], axis=1)[:, :-1]
-    w1 = np.einsum("ks,ks->k", np.abs(gap), np.diff(xs, axis=1))
-    sd = np.std(x, axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(sd > 0, w1 / sd, 0.0)
 
 
 def shift_noise(ess: float) -> float:

@@ -32,7 +32,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["WIDE_DF", "WIDE_MAX_DIM", "NEGLIGIBLE", "WideCheck", "student_t_draws", "two_sample_shift", "wide_shifts"]
+from .shift import two_sample_shift
+
+__all__ = ["WIDE_DF", "WIDE_MAX_DIM", "NEGLIGIBLE", "WideCheck", "student_t_draws", "wide_shifts"]
 
 WIDE_DF = 4.0
 """Degrees of freedom of the proposal: tails ``|x|^-(D + 4)``, a finite variance (twice ``q``'s).
@@ -74,29 +76,6 @@ def student_t_draws(rng: np.random.Generator, mean, cov, num_samples: int, dtype
     log_t = (math.lgamma((df + d) / 2) - math.lgamma(df / 2) - 0.5 * d * np.log(df * np.pi)
              - np.sum(np.log(np.diag(chol))) - 0.5 * (df + d) * np.log1p(np.sum(white**2, axis=0) / df))
     return flat, log_t
-
-
-def two_sample_shift(q_values, p_values, log_weights):
-    r"""Per column: the Wasserstein-1 distance between ``q_values (S, K)`` with equal weights and
-    ``p_values (T, K)`` with ``exp(log_weights)``, over the SD of ``q_values``' column.
-
-    On the pooled sorted values :math:`x_{(i)}`, :math:`W_1 = \sum_i |F_q(x_{(i)}) - F_p(x_{(i)})|
-    \,(x_{(i+1)} - x_{(i)})`. Columns with zero spread under ``q`` get 0.
-    """
-    q = np.asarray(q_values, np.float64).reshape(len(q_values), -1)
-    p = np.asarray(p_values, np.float64).reshape(len(p_values), -1)
-    lw = np.asarray(log_weights, np.float64)
-    w = np.exp(lw - np.max(lw))
-    w /= np.sum(w)
-    pooled = np.concatenate([q, p]).T  # (K, S + T)
-    mass = np.concatenate([np.full(len(q), 1.0 / len(q)), -w])
-    order = np.argsort(pooled, axis=1)
-    xs = np.take_along_axis(pooled, order, axis=1)
-    gap = np.cumsum(mass[order], axis=1)[:, :-1]
-    w1 = np.einsum("ks,ks->k", np.abs(gap), np.diff(xs, axis=1))
-    sd = np.std(q, axis=0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(sd > 0, w1 / sd, 0.0)
 
 
 NEGLIGIBLE = 1e-3

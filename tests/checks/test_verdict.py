@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 from numpyro_lm import LaplaceMatching, NotTrustedWarning
-from numpyro_lm.checks.verdict import distinct_modes, importance_shift, judge, khat_threshold
+from numpyro_lm.checks.verdict import distinct_modes, judge, khat_threshold
 
 KEY = jax.random.PRNGKey(0)
 
@@ -21,16 +21,6 @@ def test_khat_threshold_follows_the_sample_size():
     assert khat_threshold(100) == pytest.approx(0.5)
     assert khat_threshold(1000) == pytest.approx(2.0 / 3.0)
     assert khat_threshold(4000) == 0.7
-
-
-def test_importance_shift_is_the_reweighted_wasserstein_distance():
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(20000, 2))
-    # weights exp(0.5 x0) turn N(0, 1) into N(0.5, 1): W1 = 0.5 SD in column 0, 0 in column 1
-    shift = importance_shift(x, 0.5 * x[:, 0])
-    # Monte Carlo error of a W1 between samples of ESS ~ 15000: ~1/sqrt(ESS) = 0.008
-    assert shift[0] == pytest.approx(0.5, abs=0.03) and shift[1] < 0.03
-    assert np.all(importance_shift(x, np.zeros(20000)) == 0.0)  # equal weights move nothing
 
 
 def test_judge_names_every_reason():
@@ -96,7 +86,9 @@ def test_joint_vs_marginal_offset_is_not_trusted_in_float32(x32, with_block):
     w1 = np.sum(np.abs(lm_cdf - exact)[1:] * np.diff(grid)) / sd
     assert w1 > 0.3
     # the importance estimate of that error, whatever the unrelated block (its k-hat varies)
-    assert d["importance_shift"]["sigma"] == pytest.approx(w1, rel=0.4)  # ESS ~2000: MC, plus IS's bias
+    # ESS ~2000: MC noise ~1/sqrt(2000) = 0.02 SD, plus IS's bias (eight keys: 0.51-0.56 against
+    # 0.54; over q's SD, as it once was, 0.60-0.92)
+    assert d["importance_shift"]["sigma"] == pytest.approx(w1, rel=0.15)
 
 
 def test_a_trusted_fit_runs_silently(x32):
