@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .shift import two_sample_shift
+from .shift import normalised_weights, two_sample_shift
 
 __all__ = ["WIDE_DF", "WIDE_MAX_DIM", "NEGLIGIBLE", "WideCheck", "student_t_draws", "wide_shifts"]
 
@@ -86,8 +86,7 @@ coordinate far in the tail overflows) for them to be left out; with more, the sh
 def wide_shifts(sites, q_samples: dict, t_samples: dict, log_weights) -> dict:
     """``{site: worst two_sample_shift over its coordinates}`` of the named ``sites``."""
     lw = np.asarray(log_weights, np.float64)
-    w = np.exp(lw - np.max(lw))
-    w /= np.sum(w)
+    w = normalised_weights(lw)
     shifts = {}
     for name in sites:
         values = np.asarray(t_samples[name], np.float64).reshape(len(lw), -1)
