@@ -360,14 +360,16 @@ def _collapsed_mode(neg_log_density: Callable, theta, x, curvature, hessian, log
     def log_density(z):
         return -neg(z)
 
+    ones = add_at(jnp.zeros_like(x), local, jnp.ones(x[local].shape, x.dtype))
+
     def correction(z):
-        hess = hessian.evaluate(neg, z)[2]
+        # the blocks' precisions alone: one coloured product (scalar blocks couple to no other
+        # block), not the strategy's b + G of them, whose reverse pass is most of the slope
+        precision = hvp(neg, z, ones)[local]
         values = None if blocks is None else (lambda y: blocks(theta, y))
-        return block_quadrature_correction(log_density, z, local, hess[0][:, 0, 0], num_nodes=SHIFT_NODES,
-                                           values=values)
+        return block_quadrature_correction(log_density, z, local, precision, num_nodes=SHIFT_NODES, values=values)
 
     def refit(y):  # the blocks' conditional modes at the moved globals: Newton, block by block
-        ones = add_at(jnp.zeros_like(y), local, jnp.ones(x[local].shape, x.dtype))
         for _ in range(2):
             g, hv = jax.grad(log_density)(y), hvp(log_density, y, ones)
             y = add_at(y, local, jnp.where(hv[local] < 0, -g[local] / hv[local], 0.0))
