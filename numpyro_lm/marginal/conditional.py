@@ -307,8 +307,9 @@ def structured_mean_shift(neg_log_density: Callable, theta, x, curvature, hessia
         # the probe was a fifth of the slope's cost (GLMM, 10^4 groups: 44 -> 35 ms)
         hessian = hessian._replace(check=False)
 
-    def logdet(y):
-        return hessian.curvature(hessian.evaluate(lambda z: neg_log_density(theta, z), y)[2]).logdet()
+    def logdet(y):  # log det H(y), with H's blocks as the gradient's aux (a refit's curvature reads them)
+        hess = hessian.evaluate(lambda z: neg_log_density(theta, z), y)[2]
+        return hessian.curvature(hess).logdet(), hess
 
     gain = jnp.zeros((), x.dtype)
     sd = jnp.sqrt(curvature.variance())
@@ -320,7 +321,7 @@ def structured_mean_shift(neg_log_density: Callable, theta, x, curvature, hessia
         local = as_slice(hessian.structure.local_index[:, 0])
         shift = add_at(end - x, local, -0.5 * g_logdet[local] / curvature.a[:, 0, 0])
     else:
-        shift = -0.5 * curvature.solve(jax.grad(logdet)(x))
+        shift = -0.5 * curvature.solve(jax.grad(logdet, has_aux=True)(x)[0])
     # a local coordinate's shift is its own skewness correction, a fraction of its SD (clipped
     # there against a wild third derivative); a global's sums every block's contribution and
     # grows like sqrt(J) in posterior SDs (a 10^3-group logistic GLMM's slope moves by 1.4 SD)
@@ -335,7 +336,7 @@ def structured_mean_shift(neg_log_density: Callable, theta, x, curvature, hessia
 def _collapsed_mode(neg_log_density: Callable, theta, x, curvature, hessian, logdet: Callable, sd, blocks=None):
     r"""``(gain, end point, gradient of log det H at x)``: the globals' quasi-Newton steps to
     the mode of their collapsed density from the joint conditional mode ``x`` (``sd``: the
-    globals' conditional SDs there, ``curvature`` the curvature).
+    globals' conditional SDs there, ``curvature`` the curvature, ``logdet(y) -> (log det H(y), H)``).
 
     With the blocks integrated out the globals' integrand is :math:`e^{F(\beta)}`,
     :math:`F = \log p(\beta, \hat z(\beta)) + c(\beta)`, :math:`c = -\tfrac12\log\det H + C`
@@ -383,10 +384,11 @@ def _collapsed_mode(neg_log_density: Callable, theta, x, curvature, hessian, log
     def next_point(state):  # traced once: the slope's reverse passes are most of the program
         k, y, t, d, gain, g_first = state
         y = jax.lax.cond(k > 0, lambda: refit(y + d), lambda: y)
-        curv = jax.lax.cond(k > 0, lambda: hessian.curvature(hessian.evaluate(neg, y)[2]), lambda: curvature)
         # two gradients, not one pullback applied twice: a pullback runs back through both terms
-        # whatever the cotangent (a zero one included), and the quadrature's is the larger part
-        g_logdet = jax.grad(logdet)(y)
+        # whatever the cotangent (a zero one included), and the quadrature's is the larger part;
+        # a refit point's curvature from the Hessian the log-determinant's slope evaluated there
+        g_logdet, hess = jax.grad(logdet, has_aux=True)(y)
+        curv = jax.lax.cond(k > 0, lambda: hessian.curvature(hess), lambda: curvature)
         v = jax.grad(log_density)(y) - 0.5 * g_logdet + jax.grad(correction)(y)
         t_new = v[glob] - curv.u[:, 0, :].T @ v[local]
         step = curv.solve(jnp.zeros_like(x).at[glob].set(t_new))  # S^-1 t on the globals, -U S^-1 t
