@@ -187,10 +187,12 @@ def _structured_fit(log_density: Callable, theta, state, hessian, values=None):
         # scalar local blocks: each one's integral by adaptive Gauss-Hermite, not one Gaussian
         log_marginal = log_marginal + quadrature_correction(log_density, theta, state.x, hessian, state.hess, False,
                                                             values)
-    elif isinstance(hessian, BandedHessian) and not hessian.glob:
-        # a Markov field: the expansion's next terms, whose change with theta tilts its marginal
+    elif isinstance(hessian, BandedHessian):
+        # a Markov field: the expansion's next terms, whose change with theta tilts its marginal;
+        # with a border (a level), over the field's linear predictors (field_correction)
+        border = (hessian.glob, *state.hess[1:]) if hessian.glob else None
         log_marginal = log_marginal + second_order_correction(lambda x: -log_density(x, theta), state.x,
-                                                              state.hess[0], hessian.half_width)
+                                                              state.hess[0], hessian.half_width, border)
     log_marginal = jnp.where(ok & jnp.isfinite(log_marginal), log_marginal, -jnp.inf)
     fits = PointFits(log_marginal, state.x, None, curvature.diagonal(), curvature.uncoupled(), {},
                      jnp.zeros_like(state.x), curvature.variance(), curvature, state.structure_error)

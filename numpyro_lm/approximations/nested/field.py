@@ -131,12 +131,14 @@ def border_joins_hyper(info, split: Coordinates, banded, args, kwargs):
     hyperparameters where its sites are whole and the hyperparameters stay within
     :data:`BORDER_HYPER_DIM` coordinates (:data:`SHORT_BORDER_HYPER_DIM` below
     :data:`LONG_FIELD` field coordinates), and the field's band then has no border. Integrated over
-    by the design, it leaves the inner fits a band alone, whose Laplace value is corrected to
-    second order and whose verdict integrates the field out (:mod:`.field`); a border couples
-    every coordinate's higher derivatives. Fields shorter than :data:`FIELD_MIN` keep their border,
-    as do shorter than :data:`LONG_FIELD` whose border would make a third hyperparameter: the joint
-    weights judge them, and a third hyperparameter multiplies the design's points (an AR(1) over 200
-    steps: 721 points instead of 106, a warm call of 0.77 s instead of 0.28 s). Else unchanged."""
+    by the design, it leaves the inner fits a band alone, whose verdict integrates the field out
+    (:mod:`.field`); a border couples every coordinate's higher derivatives (the inner fits'
+    second-order correction takes it, over the linear predictors:
+    :mod:`numpyro_lm.marginal.field_correction`; this verdict does not). Fields shorter than
+    :data:`FIELD_MIN` keep their border, as do shorter than :data:`LONG_FIELD` whose border would
+    make a third hyperparameter: the joint weights judge them, and a third hyperparameter multiplies
+    the design's points (an AR(1) over 200 steps: 721 points instead of 106, a warm call of 0.77 s
+    instead of 0.28 s). Else unchanged."""
     length = len(split.x_index) - len(banded.glob)
     most = BORDER_HYPER_DIM if length >= LONG_FIELD else SHORT_BORDER_HYPER_DIM if length >= FIELD_MIN else 0
     layout = info.layout
