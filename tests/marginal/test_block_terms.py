@@ -42,9 +42,26 @@ def test_each_observation_is_found_in_its_group(num_groups):
     z = model_info(poisson_glmm, args, kwargs).layout.site("z")
     _, entries = _entries(poisson_glmm, args, kwargs, np.arange(z.offset, z.offset + z.size))
     found = dict(zip([name for name, _ in entries.sites], entries.ids))
-    assert dict(entries.sites) == {"y": False, "z": True} and entries.blocks == num_groups
+    assert dict(entries.sites) == {"y": 0, "z": 1} and entries.blocks == num_groups  # y's summed by a scatter
     np.testing.assert_array_equal(found["y"], group)
     np.testing.assert_array_equal(found["z"], np.arange(num_groups))
+
+
+@pytest.mark.parametrize("counts, per_block", [((3, 3, 3, 3), 3), ((3, 2, 4, 3), 0)])
+def test_a_balanced_design_in_group_order_is_summed_by_a_reshape(counts, per_block):
+    """Observations in group order, as many in each group: their entries are summed by a reshape,
+    to the segment sum's values; one group short of the others: the segment sum."""
+    rng = np.random.default_rng(4)
+    group = np.repeat(np.arange(len(counts)), counts).astype(np.int32)
+    args, kwargs = (group, len(counts)), {"y": rng.poisson(2.0, group.size).astype(np.float32)}
+    z = model_info(poisson_glmm, args, kwargs).layout.site("z")
+    info, entries = _entries(poisson_glmm, args, kwargs, np.arange(z.offset, z.offset + z.size))
+    assert dict(entries.sites)["y"] == per_block
+    terms = info.site_log_probs(jnp.asarray(rng.normal(size=info.size), jnp.float32), args, kwargs)
+    scattered = tuple((name, 0) for name, _ in entries.sites)
+    np.testing.assert_allclose(block_log_density(terms, entries.sites, entries.ids, entries.blocks),
+                               block_log_density(terms, scattered, entries.ids, entries.blocks),
+                               rtol=1e-6)  # float32 sums of four terms in another order
 
 
 def test_entries_shared_by_two_blocks_are_refused():
