@@ -61,7 +61,7 @@ def test_a_balanced_design_in_group_order_is_summed_by_a_reshape(counts, per_blo
     scattered = tuple((name, 0) for name, _ in entries.sites)
     np.testing.assert_allclose(block_log_density(terms, entries.sites, entries.ids, entries.blocks),
                                block_log_density(terms, scattered, entries.ids, entries.blocks),
-                               rtol=1e-6)  # float32 sums of four terms in another order
+                               rtol=1e-6)  # float32 sums of three or four terms, in another order
 
 
 def test_entries_shared_by_two_blocks_are_refused():
