@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from numpyro_lm.runtime.programs import (BATCH_COMPILE, FAST_COMPILE, HEAVY_PROGRAM, LARGE_MODEL,
+from numpyro_lm.runtime.programs import (BATCH_COMPILE, FAST_COMPILE, HEAVY_PROGRAM, LARGE_MODEL, in_float64,
                                         REPEATED_MIN_NUMBERS, merge_inputs, options_for_repeats, options_for_work,
                                         program, resolve_compiler_options, split_inputs, usable_compiler_options)
 
@@ -147,3 +147,20 @@ def test_a_model_closing_over_a_float64_numpy_constant_is_answered_with_a_warnin
         lm = LaplaceMatching(model, progress_bar=False).run(jax.random.PRNGKey(0))
     # Dirichlet-categorical: the posterior is Dirichlet(1 + counts), which LM's Dirichlet matches exactly
     np.testing.assert_allclose(lm.posterior["p"].concentration, [3.0, 4.0, 6.0], rtol=1e-4)
+
+
+def _times_one_plus_tiny(a, args, kwargs):
+    return a * (1.0 + 2.0**-30), args[0] * (1.0 + 2.0**-30)
+
+
+@pytest.mark.parametrize("where", ["device", "host"])
+def test_float32_inputs_run_in_float64_whether_on_the_device_or_the_host(x32, where):
+    # a device's float32 array is widened inside the program (not copied through the host), a
+    # host array before it: either way the product keeps the 2^-30 that float32 rounds away
+    # (its eps is 2^-23), and the data argument too
+    x = np.array([1.0, 3.0, -2.5], np.float32)
+    array = jnp.asarray(x) if where == "device" else x
+    out, data = in_float64(program(_times_one_plus_tiny), (array,), (jnp.asarray(x),))
+    for result in (out, data):
+        assert result.dtype == np.float64
+        np.testing.assert_array_equal(result, x.astype(np.float64) * (1.0 + 2.0**-30))  # exact: 24 + 30 bits < 53
