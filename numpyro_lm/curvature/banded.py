@@ -42,7 +42,8 @@ import numpy as np
 
 from .base import block_by_solves, power_extremes
 
-__all__ = ["BandedCurvature", "UNROLLED_BLOCK_MAX", "band_blocks", "banded_factor", "banded_matvec"]
+__all__ = ["BandedCurvature", "UNROLLED_BLOCK_MAX", "band_blocks", "banded_factor", "banded_matvec",
+           "weighted_inverse"]
 
 
 UNROLLED_BLOCK_MAX = 8
@@ -261,10 +262,7 @@ class BandedCurvature(NamedTuple):
         by the Takahashi recursion (module docstring) and :math:`\Sigma_{i,i+1} = -M_i^\top \Sigma_{i+1,i+1}`
         (block row ``i`` of :math:`L^\top \Sigma = L^{-1}` above its diagonal): every entry of
         :math:`H^{-1}` within ``b`` of the diagonal, in ``O(n b^3)``."""
-        eye = jnp.eye(self.diag.shape[-1], dtype=self.diag.dtype)
-        d_inv = jax.vmap(lambda d: _lower_solve(d, eye))(self.diag_chol)  # D_i^-1
-        own = jnp.einsum("nki,nkj->nij", d_inv, d_inv)  # (D_i D_i^T)^-1 = D_i^-T D_i^-1
-        m = jnp.einsum("nij,njk->nik", self.lower_chol, d_inv[:-1])  # M_i = C_i D_i^-1
+        own, m = self._takahashi_factors()
 
         def step(sigma_next, blocks):
             own_i, m_i = blocks
@@ -274,6 +272,13 @@ class BandedCurvature(NamedTuple):
         _, rest = jax.lax.scan(step, own[-1], (own[:-1], m), reverse=True)
         diagonal = jnp.concatenate([rest, own[-1][None]])
         return diagonal, -jnp.einsum("nji,njk->nik", m, diagonal[1:])
+
+    def _takahashi_factors(self):
+        """``((D_i D_i^T)^-1 (n, b, b), M_i = C_i D_i^-1 (n-1, b, b))``: the recursion's blocks."""
+        eye = jnp.eye(self.diag.shape[-1], dtype=self.diag.dtype)
+        d_inv = jax.vmap(lambda d: _lower_solve(d, eye))(self.diag_chol)  # D_i^-1
+        own = jnp.einsum("nki,nkj->nij", d_inv, d_inv)  # (D_i D_i^T)^-1 = D_i^-T D_i^-1
+        return own, jnp.einsum("nij,njk->nik", self.lower_chol, d_inv[:-1])
 
     def variance(self):
         blocks = self.covariance_blocks()
@@ -306,3 +311,51 @@ class BandedCurvature(NamedTuple):
         above = jnp.concatenate([jnp.any(self.lower != 0, axis=-2), pad_row])  # column i of B_i
         return (own & ~below & ~above).reshape(-1)[:self.dim]
 
+
+
+def weighted_inverse(curvature: BandedCurvature, w):
+    r""":math:`\sum_k w_k H_k^{-1}`, dense ``(D, D)``, over a stack of ``K`` banded curvatures (a leading
+    axis on every leaf) with weights ``w (K,)``: a mixture's covariance over a whole field.
+
+    The Takahashi recursion continued beyond the band: block row :math:`i` of
+    :math:`L^\top \Sigma = L^{-1}` reads :math:`\Sigma_{i,j} = -M_i^\top \Sigma_{i+1,j}` for every
+    block column :math:`j > i` (:meth:`BandedCurvature.covariance_band` takes :math:`j = i + 1`), so
+    the upper triangle is made block row by block row from the last, with :math:`\Sigma_{ii}` from
+    the diagonal recursion, every point's row at once and summed with the weights as it is made:
+    ``O(K D^2 b)`` arithmetic over a ``K b D`` carry. ``D`` solves a point (one per unit vector)
+    read and write the ``D x D`` columns several times each: over a random walk of 2000 steps and
+    87 points, 1.6 s. NaN where a point of positive weight is not positive definite."""
+    m = jax.vmap(BandedCurvature._takahashi_factors)(curvature)[1]
+    diagonal = jax.vmap(lambda c: c.covariance_band()[0])(curvature)  # (K, n, b, b)
+    k, n, b = diagonal.shape[0], diagonal.shape[1], diagonal.shape[-1]
+    weighted = w > 0  # rows of a point without weight add nothing, finite or not
+    usable = jnp.all(jax.vmap(BandedCurvature.positive)(curvature) | ~weighted)
+
+    def placed(row, blocks, i):  # (K, b, b) blocks at block column i of (K, b, n b) rows
+        return jax.lax.dynamic_update_slice(row, blocks, (0, 0, i * b))
+
+    def summed(row):
+        return jnp.einsum("k,kic->ic", jnp.where(weighted, w, 0.0), jnp.where(weighted[:, None, None], row, 0.0))
+
+    last = placed(jnp.zeros((k, b, n * b), diagonal.dtype), diagonal[:, -1], n - 1)
+
+    def step(row_next, inputs):
+        i, m_i, sigma_i = inputs
+        row = placed(-jnp.einsum("kji,kjc->kic", m_i, row_next), sigma_i, i)
+        return row, summed(row)
+
+    _, rows = jax.lax.scan(step, last, (jnp.arange(n - 1), jnp.moveaxis(m, 1, 0), jnp.moveaxis(diagonal[:, :-1], 1, 0)),
+                           reverse=True)
+    upper = jnp.concatenate([rows, summed(last)[None]]).reshape(n * b, n * b)
+    own_blocks = jnp.einsum("k,knij->nij", jnp.where(weighted, w, 0.0), jnp.where(weighted[:, None, None, None],
+                                                                                   diagonal, 0.0))
+    full = upper + upper.T - _block_diagonal(own_blocks)  # the diagonal blocks are in both triangles
+    dim = n * b - curvature.pad.shape[-1]
+    return jnp.where(usable, full[:dim, :dim], jnp.nan)
+
+
+def _block_diagonal(blocks):
+    """The ``(n b, n b)`` matrix with the blocks ``(n, b, b)`` on its diagonal."""
+    n, b = blocks.shape[0], blocks.shape[-1]
+    eye = jnp.eye(n, dtype=blocks.dtype)
+    return jnp.einsum("nm,nij->nimj", eye, blocks).reshape(n * b, n * b)

@@ -32,8 +32,9 @@ import jax.numpy as jnp
 
 from .base import block_by_solves, power_extremes
 from .banded import BandedCurvature
+from .banded import weighted_inverse as weighted_field_inverse
 
-__all__ = ["BandedArrowheadCurvature"]
+__all__ = ["BandedArrowheadCurvature", "weighted_inverse"]
 
 
 class BandedArrowheadCurvature(NamedTuple):
@@ -103,9 +104,12 @@ class BandedArrowheadCurvature(NamedTuple):
     def _usable(self, x):
         return jnp.where(self.positive(), x, jnp.nan)
 
+    def _schur_inverse_root(self):
+        """:math:`L_S^{-1}`: :math:`S^{-1} = L_S^{-\top} L_S^{-1}`."""
+        return jax.scipy.linalg.solve_triangular(self.s_chol, jnp.eye(self.c.shape[-1], dtype=self.c.dtype), lower=True)
+
     def variance(self):
-        ls_inv_t = jax.scipy.linalg.solve_triangular(self.s_chol, jnp.eye(self.c.shape[-1], dtype=self.c.dtype),
-                                                     lower=True).T  # L_S^-T
+        ls_inv_t = self._schur_inverse_root().T  # L_S^-T
         border = self.u @ ls_inv_t
         return self._usable(self._join(self.field.variance() + jnp.sum(border**2, axis=-1),
                                        jnp.sum(ls_inv_t**2, axis=-1)))
@@ -129,3 +133,27 @@ class BandedArrowheadCurvature(NamedTuple):
         eye = jnp.eye(self.c.shape[-1], dtype=bool)
         g = jnp.all((self.c == 0) | eye, axis=-1) & jnp.all(self.b == 0, axis=0)
         return self._join(f, g)
+
+
+def weighted_inverse(curvature: BandedArrowheadCurvature, w):
+    r""":math:`\sum_k w_k H_k^{-1}`, dense ``(D, D)`` in the flat order, over a stack of ``K`` curvatures
+    (a leading axis on every leaf; the field's and the globals' positions the same at every point: the
+    first's are read) with weights ``w (K,)``. By blocks (module docstring), with
+    :math:`V = U L_S^{-\top}`: :math:`(H^{-1})_{FF} = F^{-1} + V V^\top` (the field's part by
+    :func:`~numpyro_lm.curvature.banded.weighted_inverse`), :math:`(H^{-1})_{FG} = -V L_S^{-1}`,
+    :math:`(H^{-1})_{GG} = L_S^{-\top} L_S^{-1}`. NaN where a point of positive weight is not
+    positive definite."""
+    weighted = w > 0
+    ls_inv = jax.vmap(BandedArrowheadCurvature._schur_inverse_root)(curvature)  # (K, G, G)
+    v = jnp.einsum("kng,khg->knh", curvature.u, ls_inv)  # U L_S^-T
+    zeroed = [jnp.where(weighted.reshape((-1,) + (1,) * (a.ndim - 1)), a, 0.0) for a in (v, ls_inv)]
+    v, ls_inv, wz = zeroed[0], zeroed[1], jnp.where(weighted, w, 0.0)
+    ff = weighted_field_inverse(curvature.field, w) + jnp.einsum("k,kng,kmg->nm", wz, v, v)
+    fg = -jnp.einsum("k,kng,kgh->nh", wz, v, ls_inv)
+    gg = jnp.einsum("k,kgi,kgj->ij", wz, ls_inv, ls_inv)
+    usable = jnp.all(jax.vmap(BandedArrowheadCurvature.positive)(curvature) | ~weighted)
+    fi, gi = curvature.field_index[0], curvature.global_index[0]
+    out = jnp.zeros((fi.shape[0] + gi.shape[0],) * 2, ff.dtype)
+    out = out.at[fi[:, None], fi[None, :]].set(ff).at[fi[:, None], gi[None, :]].set(fg)
+    out = out.at[gi[:, None], fi[None, :]].set(fg.T).at[gi[:, None], gi[None, :]].set(gg)
+    return jnp.where(usable, out, jnp.nan)

@@ -693,3 +693,53 @@ def test_a_large_models_three_hyperparameters_take_the_ccd_where_gaussian_enough
         covariance = design.scale @ design.scale.T  # the marginal's own: the inverse of its precision
         np.testing.assert_allclose(covariance, np.linalg.inv(np.eye(3) - tilt * (np.eye(3, k=1) + np.eye(3, k=-1))
                                                              * np.outer([1, 1, 0], [1, 1, 0])), rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("border", [False, True])
+@pytest.mark.parametrize("whole", [True, False])
+def test_a_banded_designs_mixture_block_is_the_mixture_covariance(border, whole):
+    """``mixture_block`` over banded conditionals (a field, with or without a border) is the
+    mixture's covariance :math:`\\sum_k w_k (H_k^{-1} + (\\bar x_k - \\bar x)(\\bar x_k - \\bar x)^\\top)`
+    over the chosen coordinates, by the whole weighted inverse (most of the field) and by solves
+    (two coordinates), to float64 round-off."""
+    from numpyro_lm.approximations.nested.design import NestedDesign
+    from numpyro_lm.approximations.nested.mixture import mixture_block
+    from numpyro_lm.curvature.banded import BandedCurvature
+    from numpyro_lm.curvature.banded_arrowhead import BandedArrowheadCurvature
+
+    n, k, glob = 9, 4, np.array([4])
+    dim = n + (1 if border else 0)
+    field_index = np.setdiff1d(np.arange(dim), glob) if border else np.arange(n)
+    rng = np.random.default_rng(0)
+    bands, dense = [], []
+    for _ in range(k):
+        off = rng.normal(size=n - 1)
+        h = np.diag(off, 1) + np.diag(off, -1)
+        h += np.diag(np.abs(h).sum(1) + rng.uniform(0.5, 2.0, n))
+        bands.append(np.stack([np.diag(h), np.concatenate([[0.0], off])], 1))
+        dense.append(h)
+    bands = jnp.asarray(np.stack(bands))
+    if border:
+        b, c = 0.2 * rng.normal(size=(k, n, 1)), np.full((k, 1, 1), 3.0 + n)
+        curvature = jax.vmap(lambda band, b, c: BandedArrowheadCurvature.from_blocks(
+            BandedCurvature.from_band(band, 1), field_index, glob, b, c))(bands, jnp.asarray(b), jnp.asarray(c))
+        full = []
+        for h, bk, ck in zip(dense, b, c):
+            p = np.zeros((dim, dim))
+            p[np.ix_(field_index, field_index)], p[np.ix_(field_index, glob)] = h, bk
+            p[np.ix_(glob, field_index)], p[np.ix_(glob, glob)] = bk.T, ck
+            full.append(p)
+        dense = full
+    else:
+        curvature = jax.vmap(lambda band: BandedCurvature.from_band(band, 1))(bands)
+    w = np.array([0.1, 0.2, 0.3, 0.4])
+    x_mean = rng.normal(size=(k, dim))
+    zeros = np.zeros((k, 1))
+    design = NestedDesign("ccd", np.array([dim]), np.arange(dim), np.zeros(1), np.eye(1), 0.0, np.ones((1, 2)), zeros,
+                          zeros, np.log(w), x_mean, x_mean, None, np.zeros((k, dim, 1)), zeros, zeros, {},
+                          np.zeros(dim, bool), 0.0, 1, k, x_curvature=curvature)
+    cols = np.arange(dim - 1) if whole else np.array([6, 2])
+    got = mixture_block(design, cols)
+    centred = x_mean - w @ x_mean
+    want = sum(wk * (np.linalg.inv(p) + np.outer(d, d)) for wk, p, d in zip(w, dense, centred))[np.ix_(cols, cols)]
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)  # float64 round-off

@@ -151,3 +151,52 @@ def test_a_band_with_a_dense_border_matches_dense_linear_algebra(glob):
     np.testing.assert_allclose(r["variance"], np.diag(cov), rtol=1e-10)
     np.testing.assert_allclose(r["diagonal"], np.diag(h))
     np.testing.assert_allclose(r["block"], cov[index[..., :, None], index[..., None, :]], rtol=1e-10)
+
+
+@pytest.mark.parametrize("dim,half_width", [(11, 2), (7, 1), pytest.param(30, 9, marks=pytest.mark.slow)])
+def test_a_weighted_sum_of_inverses_is_the_dense_sum(dim, half_width):
+    """``weighted_inverse`` over a stack of points (padded blocks, a tridiagonal band, blocks by
+    LAPACK) is :math:`\\sum_k w_k H_k^{-1}` to round-off; a point of zero weight adds nothing even
+    where it is not positive definite, and one of positive weight that is not makes it NaN."""
+    from numpyro_lm.curvature.banded import weighted_inverse
+
+    hs, bands = zip(*[random_band(dim, half_width, seed=s) for s in range(3)])
+    broken = np.array(bands[0])
+    broken[:, 0] *= -1.0  # a negative diagonal: not positive definite
+    stack = jax.vmap(lambda b: BandedCurvature.from_band(b, half_width))(jnp.asarray(np.stack([*bands, broken])))
+    w = np.array([0.2, 0.5, 0.3, 0.0])
+    got = jax.jit(weighted_inverse)(stack, jnp.asarray(w))
+    want = sum(wk * np.linalg.inv(h) for wk, h in zip(w, hs))
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12 * np.max(np.abs(want)))  # float64 round-off
+    assert np.all(np.isnan(jax.jit(weighted_inverse)(stack, jnp.asarray([0.2, 0.5, 0.0, 0.3]))))
+
+
+@pytest.mark.parametrize("glob", [[0], [3, 9, 1]])
+def test_a_weighted_sum_of_bordered_inverses_is_the_dense_sum(glob):
+    """The same with a dense border placed anywhere among the field (``banded_arrowhead``)."""
+    from numpyro_lm.curvature.banded_arrowhead import BandedArrowheadCurvature, weighted_inverse
+
+    n, g = 10, len(glob)
+    dim = n + g
+    field_index = np.setdiff1d(np.arange(dim), glob)
+    hs, parts = [], []
+    for s in range(3):
+        h_field, band = random_band(n, 2, seed=7 + s)
+        rng = np.random.default_rng(8 + s)
+        b = 0.3 * rng.normal(size=(n, g))
+        c = rng.normal(size=(g, g))
+        c = c @ c.T + (2 + n) * np.eye(g)
+        h = np.zeros((dim, dim))
+        h[np.ix_(field_index, field_index)] = h_field
+        h[np.ix_(field_index, glob)] = b
+        h[np.ix_(glob, field_index)] = b.T
+        h[np.ix_(glob, glob)] = c
+        hs.append(h)
+        parts.append((band, b, c))
+    stacked = [jnp.asarray(np.stack(a)) for a in zip(*parts)]
+    stack = jax.vmap(lambda band, b, c: BandedArrowheadCurvature.from_blocks(
+        BandedCurvature.from_band(band, 2), field_index, np.asarray(glob), b, c))(*stacked)
+    w = np.array([0.3, 0.0, 0.7])
+    got = jax.jit(weighted_inverse)(stack, jnp.asarray(w))
+    want = sum(wk * np.linalg.inv(h) for wk, h in zip(w, hs))
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12 * np.max(np.abs(want)))  # float64 round-off
