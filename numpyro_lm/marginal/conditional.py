@@ -25,12 +25,12 @@ from ..mode.banded_hessian import BandedHessian, band_offsets, column_reach, cyc
 from ..mode.hessian import (GLOBAL_MAX, ArrowheadHessian, DenseHessian, PlateStructure, diagonal_structure,
                            lowrank_hessian, plate_structure, structure_tol)
 from ..runtime.programs import program
-from .field_correction import second_order_correction
+from .field_correction import log_det_gradient, second_order_correction
 from .laplace_marginal import inner_search, quadrature_correction, scalar_blocks
 from .quadrature import SHIFT_NODES, add_at, as_slice, block_quadrature_correction
 
 __all__ = ["PointFits", "x_positions", "quantile_sites", "conditional_hessian", "conditional_fit", "point_params",
-           "matched_normaliser", "mean_shift", "structured_mean_shift"]
+           "matched_normaliser", "mean_shift", "structured_mean_shift", "banded_mean_shift"]
 
 
 class PointFits(NamedTuple):
@@ -273,6 +273,20 @@ def mean_shift(neg_log_density: Callable, theta, x, curvature):
     sd = jnp.sqrt(curvature.variance())
     shift = jnp.clip(-curvature.solve(expected), -sd, sd)
     return jnp.where(jnp.all(jnp.isfinite(shift)), shift, 0.0)
+
+
+def banded_mean_shift(neg_log_density: Callable, theta, x, curvature, hessian: BandedHessian):
+    r"""``(shift, ok)``: :func:`structured_mean_shift`'s :math:`\delta = -\tfrac12 \Sigma\,\nabla_x
+    \log\det H(x^*)` for a Markov field whose terms beyond the second order are each a function of
+    one linear predictor (counts or binary data over the field), its gradient from the third
+    derivatives' diagonal (:func:`~.field_correction.log_det_gradient`: one forward pass instead of
+    reverse mode through the band's products), capped at one conditional SD as there. ``ok``: the
+    derivatives' check held and the shift is finite; else the caller takes
+    :func:`structured_mean_shift`."""
+    gradient, error = log_det_gradient(lambda y: neg_log_density(theta, y), x, curvature, hessian.glob)
+    sd = jnp.sqrt(curvature.variance())
+    shift = jnp.clip(-0.5 * curvature.solve(gradient), -sd, sd)
+    return shift, (error <= structure_tol(x.dtype)) & jnp.all(jnp.isfinite(shift))
 
 
 COLLAPSED_STEPS = 3

@@ -74,18 +74,19 @@ import numpy as np
 from ..curvature.banded import BandedCurvature
 from ..mode.hessian import relative_error, structure_tol
 
-__all__ = ["REACH", "diagonal_derivatives", "border_derivatives", "second_order_correction", "field_skewness"]
+__all__ = ["REACH", "diagonal_derivatives", "border_derivatives", "second_order_correction", "field_skewness",
+           "log_det_gradient"]
 
 REACH = 4
 """The cubic sum runs over pairs in the same or neighbouring blocks of this many coordinates (or
 the band's half-width where that is more): every pair up to this far apart, some up to twice."""
 
 
-def diagonal_derivatives(neg_log_density: Callable, x):
+def diagonal_derivatives(neg_log_density: Callable, x, fourth: bool = True):
     r"""``(t, q, error)``: the diagonals of the third and fourth derivatives of ``neg_log_density``
     at ``x`` if they are diagonal (:math:`\phi'''[\mathbf 1, \mathbf 1]` and its derivative along
     :math:`\mathbf 1`), and the relative error of :math:`\phi'''[r, r]` for a random sign probe ``r``
-    against ``t`` (zero where the tensors are diagonal)."""
+    against ``t`` (zero where the tensors are diagonal); ``q`` is ``None`` without ``fourth``."""
     ones = jnp.ones_like(x)
     signs = jnp.asarray(np.random.default_rng(1).choice([-1.0, 1.0], x.shape[-1]), x.dtype)
     grad = jax.grad(neg_log_density)
@@ -93,7 +94,7 @@ def diagonal_derivatives(neg_log_density: Callable, x):
     def third(z, v):  # phi'''(z)[v, v]
         return jax.jvp(lambda u: jax.jvp(grad, (u,), (v,))[1], (z,), (v,))[1]
 
-    t, q = jax.jvp(lambda z: third(z, ones), (x,), (ones,))
+    t, q = jax.jvp(lambda z: third(z, ones), (x,), (ones,)) if fourth else (third(x, ones), None)
     return t, q, relative_error(third(x, signs), t)
 
 
@@ -147,7 +148,7 @@ def _in_blocks(v, reach: int):
     return v.reshape((v.shape[0] // reach, reach) + v.shape[1:])  # not -1: a border of none is zero-size
 
 
-def border_derivatives(neg_log_density: Callable, x, glob: tuple):
+def border_derivatives(neg_log_density: Callable, x, glob: tuple, fourth: bool = True):
     r"""``(t, q, C, error)`` for a field with a border (the coordinates at positions ``glob`` of
     ``x``, static) whose terms beyond the second order are each a function of one linear predictor
     :math:`\eta_i = x_i + \sum_g C_{ig}\beta_g`: :math:`\phi''' = \sum_i t_i v_i^{\otimes 3}`,
@@ -169,7 +170,10 @@ def border_derivatives(neg_log_density: Callable, x, glob: tuple):
     def third(z, u, v):  # phi'''(z)[u, v]
         return jax.jvp(lambda w: jax.jvp(grad, (w,), (u,))[1], (z,), (v,))[1]
 
-    t, q = (a[field] for a in jax.jvp(lambda z: third(z, ones, ones), (x,), (ones,)))
+    if fourth:
+        t, q = (a[field] for a in jax.jvp(lambda z: third(z, ones, ones), (x,), (ones,)))
+    else:  # q is None
+        t, q = third(x, ones, ones)[field], None
     mixed = jax.vmap(lambda e: third(x, ones, e))(units)[:, field]  # (G, n): t_i C_ig
     c = jnp.where(t != 0, mixed / jnp.where(t != 0, t, 1.0), 0.0).T
     along = t * (signs[field] + c @ signs[glob]) ** 2  # t_i (v_i . r)^2
@@ -224,3 +228,30 @@ def field_skewness(neg_log_density: Callable, x, band, half_width: int):
     variance = jnp.diagonal(diagonal, axis1=-2, axis2=-1)
     gamma = (-third / variance**1.5).reshape(-1)[:x.shape[-1]]
     return jnp.where(error <= structure_tol(x.dtype), gamma, jnp.nan)
+
+
+def log_det_gradient(neg_log_density: Callable, x, curvature, glob: tuple = ()):
+    r"""``(gradient, error)``: :math:`\nabla_x \log\det H` at the conditional mode ``x`` of a field whose
+    terms beyond the second order are each a function of one linear predictor (module docstring:
+    :math:`\phi''' = \sum_i t_i v_i^{\otimes 3}`), from :math:`t` alone:
+    :math:`\partial_a \log\det H = \mathrm{tr}(H^{-1} \partial_a H) = \sum_i t_i v_{ia} \Sigma_{\eta,ii}`,
+    that is :math:`t_i \Sigma_{\eta,ii}` for field coordinate :math:`i` and
+    :math:`\sum_i t_i C_{ig} \Sigma_{\eta,ii}` for the border's :math:`g`. ``curvature``: the fit's
+    (:class:`~numpyro_lm.curvature.banded.BandedCurvature`, or with the border at positions ``glob``
+    :class:`~numpyro_lm.curvature.banded_arrowhead.BandedArrowheadCurvature`), whose Takahashi
+    variances and elimination give the diagonal of :math:`\Sigma_\eta`,
+    :math:`K_{ii} + |((U - C) L_S^{-\top})_i|^2` (:func:`second_order_correction`'s). ``error``: the
+    derivatives' check (:func:`diagonal_derivatives`, :func:`border_derivatives`); where it fails the
+    gradient is not this. Reverse mode through the structured Hessian differentiates its ``2w + 2``
+    products: on a CAR field over a 20 x 20 grid 3.2 ms of a design point's 7.7 ms."""
+    dim = x.shape[-1]
+    glob = np.asarray(glob, int)
+    if not glob.size:
+        t, _, error = diagonal_derivatives(neg_log_density, x, fourth=False)
+        return t * curvature.variance(), error
+    field = np.setdiff1d(np.arange(dim), glob)
+    t, _, c, error = border_derivatives(neg_log_density, x, tuple(glob.tolist()), fourth=False)
+    eye = jnp.eye(glob.size, dtype=x.dtype)
+    ls_inv_t = jax.scipy.linalg.solve_triangular(curvature.s_chol, eye, lower=True).T  # L_S^-T
+    along = t * (curvature.field.variance() + jnp.sum(((curvature.u - c) @ ls_inv_t) ** 2, axis=1))
+    return jnp.zeros(dim, x.dtype).at[field].set(along).at[glob].set(c.T @ along), error

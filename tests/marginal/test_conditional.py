@@ -108,3 +108,43 @@ def test_a_grid_fields_band_is_read_on_its_nonzero_diagonals_alone(x64):
     _, _, (sparse, _, _), error = banded.evaluate(neg, phi)
     assert float(error) < 1e-12  # the random probe against the band: exact in float64
     np.testing.assert_allclose(sparse, full, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("coupled", [False, True])
+def test_a_fields_shift_from_its_third_diagonal_is_the_reverse_mode_one(x64, coupled):
+    """``banded_mean_shift`` (the log-determinant's gradient from the third derivatives' diagonal)
+    gives ``structured_mean_shift``'s shift (reverse mode through the band's products) on Poisson
+    counts over an AR(1) field with a level in the border, to round-off; with a term that is no
+    function of the linear predictors (mu^2 f_i^2) it says so (``ok`` false)."""
+    import jax.numpy as jnp
+
+    from numpyro_lm.marginal.conditional import banded_mean_shift, structured_mean_shift
+    from numpyro_lm.mode.banded_hessian import BandedHessian
+
+    n, glob, rho, sigma = 10, (3,), 0.6, 0.5
+    y = np.random.default_rng(0).poisson(3.0, n).astype(float)
+    q = (np.diag(np.r_[np.full(n - 1, 1 + rho**2), 1.0]) - rho * (np.eye(n, k=1) + np.eye(n, k=-1))) / sigma**2
+    field = np.setdiff1d(np.arange(n + 1), glob)
+
+    def neg(theta, x):
+        f, mu = x[field], x[glob[0]]
+        eta = 1.0 + f + mu
+        extra = 0.1 * mu**2 * jnp.sum(f**2) if coupled else 0.0
+        return 0.5 * f @ q @ f + 0.5 * mu**2 + jnp.sum(jnp.exp(eta) - y * eta) + extra
+
+    x = jnp.zeros(n + 1)
+    for _ in range(50):
+        x = x - jnp.linalg.solve(jax.hessian(lambda v: neg(None, v))(x), jax.grad(lambda v: neg(None, v))(x))
+    hessian = BandedHessian(1, glob)
+
+    @jax.jit
+    def both(x):
+        curvature = hessian.curvature(hessian.evaluate(lambda v: neg(None, v), x)[2])
+        return banded_mean_shift(neg, None, x, curvature, hessian), structured_mean_shift(neg, None, x, curvature,
+                                                                                          hessian)
+
+    (fast, ok), slow = both(x)
+    assert bool(ok) is not coupled
+    if not coupled:
+        assert np.max(np.abs(slow)) > 1e-3  # a shift to match, not zero
+        np.testing.assert_allclose(fast, slow, rtol=1e-9, atol=1e-12)  # float64 round-off

@@ -185,3 +185,47 @@ def test_a_skewness_whose_derivatives_couple_coordinates_is_not_a_number():
     coupled = lambda x: base(x) + 0.1 * jnp.sum(x[1:] ** 2 * x[:-1])  # noqa: E731
     x, _, band = mode_and_band(base, n)
     assert np.all(np.isnan(np.asarray(jax.jit(lambda z, b: field_skewness(coupled, z, b, 1))(x, band))))
+
+
+@pytest.mark.parametrize("border", [False, True])
+def test_the_log_determinants_gradient_from_the_third_diagonal_is_the_dense_one(border):
+    """``log_det_gradient`` (the third derivatives' diagonal times the predictors' variances, the
+    border's rows summed over them) equals :math:`\\partial_a \\log\\det H = \\sum_{jk} \\phi_{ajk}
+    (H^{-1})_{jk}` with the dense third derivatives and inverse, to float64 round-off."""
+    from numpyro_lm.curvature.banded import BandedCurvature
+    from numpyro_lm.curvature.banded_arrowhead import BandedArrowheadCurvature
+    from numpyro_lm.marginal.field_correction import log_det_gradient
+
+    n = 12
+    rng = np.random.default_rng(0)
+    y, z = rng.poisson(3.0, n).astype(float), rng.normal(size=n)
+    if border:
+        phi, x, h, band, (glob, h_fg, h_gg) = bordered(n, y, z)
+        field = np.setdiff1d(np.arange(n + 2), glob)
+        curvature = BandedArrowheadCurvature.from_blocks(BandedCurvature.from_band(band, 1), field, np.asarray(glob),
+                                                         h_fg, h_gg)
+    else:
+        phi, glob = poisson_ar1(n, 0.6, 0.5, y), ()
+        x, h, band = mode_and_band(phi, n)
+        curvature = BandedCurvature.from_band(band, 1)
+    gradient, error = jax.jit(lambda v: log_det_gradient(phi, v, curvature, glob))(x)
+    dense = np.einsum("ajk,jk->a", np.asarray(jax.jacfwd(jax.hessian(phi))(x)), np.linalg.inv(h))
+    np.testing.assert_allclose(gradient, dense, rtol=1e-9, atol=1e-12 * np.max(np.abs(dense)))  # round-off
+    assert float(error) < 1e-12  # the derivatives are a sum over linear predictors: the check holds
+
+
+def test_a_log_determinants_gradient_whose_derivatives_are_no_predictors_fails_its_check():
+    """The term mu^2 f_i^2 again: the check reports it (the caller takes the gradient by reverse mode)."""
+    from numpyro_lm.curvature.banded import BandedCurvature
+    from numpyro_lm.curvature.banded_arrowhead import BandedArrowheadCurvature
+    from numpyro_lm.marginal.field_correction import log_det_gradient
+    from numpyro_lm.mode.hessian import structure_tol
+
+    n = 12
+    rng = np.random.default_rng(0)
+    y, z = rng.poisson(3.0, n).astype(float), rng.normal(size=n)
+    phi, x, _, band, (glob, h_fg, h_gg) = bordered(n, y, z, extra=lambda f, mu: 0.1 * mu**2 * jnp.sum(f**2))
+    field = np.setdiff1d(np.arange(n + 2), glob)
+    curvature = BandedArrowheadCurvature.from_blocks(BandedCurvature.from_band(band, 1), field, np.asarray(glob),
+                                                     h_fg, h_gg)
+    assert float(log_det_gradient(phi, x, curvature, glob)[1]) > structure_tol(x.dtype)

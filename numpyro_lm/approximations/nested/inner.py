@@ -18,9 +18,10 @@ from jax import lax
 from ...core.curvature_choice import StructureError, structure_message
 from ...core.trace import site_values
 from ...marginal.block_terms import conditional_block_values, scalar_block_entries
-from ...marginal.conditional import (conditional_fit, conditional_hessian, matched_normaliser, mean_shift,
-                                     point_params, structured_mean_shift)
+from ...marginal.conditional import (banded_mean_shift, conditional_fit, conditional_hessian, matched_normaliser,
+                                     mean_shift, point_params, structured_mean_shift)
 from ...marginal.laplace_marginal import scalar_blocks
+from ...mode.banded_hessian import BandedHessian
 from ...mode.hessian import DenseHessian, structure_tol
 from ...runtime.programs import in_float64, options_for_repeats, program
 from ..joint_fit import FitOptions
@@ -77,11 +78,16 @@ def _inner(info, tol, max_iter, theta_index: tuple, gaussian_cols: tuple, curvat
         else:
             def shifted(a):
                 return structured_mean_shift(neg, *a, at(a[0]))
-        shift = lax.cond(
-            with_shift,
-            lambda: jnp.where(gaussian_cols, each(shifted, (thetas, fits.x, curvature)), 0.0),
-            lambda: shift,
-        )
+
+        def shifts():
+            if not isinstance(hessian, BandedHessian):
+                return each(shifted, (thetas, fits.x, curvature))
+            # a field's shift from its third derivatives' diagonal where they are (every point of
+            # the batch: one branch taken, also where the points are vmapped)
+            fast, ok = each(lambda a: banded_mean_shift(neg, *a, hessian), (thetas, fits.x, curvature))
+            return lax.cond(jnp.all(ok), lambda: fast, lambda: each(shifted, (thetas, fits.x, curvature)))
+
+        shift = lax.cond(with_shift, lambda: jnp.where(gaussian_cols, shifts(), 0.0), lambda: shift)
     params = point_params(layout, theta_index, fits.x, fits.var)
     log_density = fits.log_density + matched_normaliser(
         layout, theta_index, fits.x, fits.precision_diagonal, fits.uncoupled, params
