@@ -262,7 +262,8 @@ def integrate(marginal: Callable, search: ModeSearch, theta_index, x_index, slop
     log_w = log_w - (np.max(log_w) + np.log(np.sum(np.exp(log_w - np.max(log_w)))))
     w = np.exp(log_w)
     keep = log_w > np.log(1e-12)  # points that carry no mass
-    kept = jax.tree.map(lambda a: np.asarray(a)[keep], fits)
+    # every point kept (the usual case): no copy of the conditionals (1 GB over a 50 x 50 grid)
+    kept = fits if np.all(keep) else jax.tree.map(lambda a: np.asarray(a)[keep], fits)
     chol, chol_slope = _conditional_factors(kind, z, step, fits, log_w, slope_cols)
     return NestedDesign(
         kind=kind, theta_index=theta_index, x_index=x_index, mode=mode, scale=scale, step=step, sigma=sigma,
