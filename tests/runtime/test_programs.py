@@ -77,6 +77,41 @@ def test_heavy_and_repeated_programs_get_llvm_optimisations_only_in_place_of_the
     assert options_for_work(None, 10 * HEAVY_PROGRAM) is None and options_for_repeats(None, 10**6) is None
 
 
+def test_library_kernels_are_left_out_by_option_and_the_program_answers_the_same():
+    """``without_library_kernels`` adds NO_LIBRARY_KERNELS to the options (XLA's defaults, None, the
+    user's choice, as they are); this jaxlib knows the option, and a reduction compiled with it gives
+    the same sums."""
+    from numpyro_lm.runtime.programs import NO_LIBRARY_KERNELS, without_library_kernels
+
+    assert without_library_kernels(BATCH_COMPILE) == {**BATCH_COMPILE, **NO_LIBRARY_KERNELS}
+    assert BATCH_COMPILE.keys().isdisjoint(NO_LIBRARY_KERNELS)  # the shared dict is not changed
+    assert without_library_kernels(None) is None
+    options = usable_compiler_options(without_library_kernels(BATCH_COMPILE))
+    assert options == {**BATCH_COMPILE, **NO_LIBRARY_KERNELS}
+    x = jnp.arange(2000.0).reshape(100, 20)
+    with_option = jax.jit(lambda a: jnp.sum(a, axis=1), compiler_options=options)(x)
+    np.testing.assert_array_equal(with_option, np.asarray(x).sum(1))  # integers: exact in float64
+
+
+def test_a_long_loops_program_is_compiled_without_library_kernels(monkeypatch):
+    """``program`` compiles a function marked ``long_loop`` with NO_LIBRARY_KERNELS added to its
+    options, and the others with their options as given."""
+    import numpyro_lm.runtime.programs as programs
+    from numpyro_lm.runtime.programs import NO_LIBRARY_KERNELS, long_loop
+
+    seen = []
+    real = programs._compiled
+    monkeypatch.setattr(programs, "_compiled", lambda options, n: seen.append(dict(options or ())) or real(options, n))
+
+    def plain(x, args, kwargs):
+        return 2 * x
+
+    looped = long_loop(lambda x, args, kwargs: 3 * x)
+    assert float(program(plain, compiler_options=BATCH_COMPILE)((1.0,))) == 2.0
+    assert float(program(looped, compiler_options=BATCH_COMPILE)((1.0,))) == 3.0
+    assert seen == [BATCH_COMPILE, {**BATCH_COMPILE, **NO_LIBRARY_KERNELS}]
+
+
 def test_automatic_options_are_fast_compile_below_the_large_model_size_and_llvm_optimised_above():
     small, large = SimpleNamespace(size=10, observed_size=10), SimpleNamespace(size=LARGE_MODEL, observed_size=0)
     assert resolve_compiler_options("auto", small) is FAST_COMPILE

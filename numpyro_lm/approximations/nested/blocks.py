@@ -18,6 +18,7 @@ from ...marginal.block_terms import BlockEntries, block_log_density
 from ...marginal.collapsed import VERDICT_NODES, block_constants, collapsed_quadrature, collapsed_value
 from ...marginal.laplace_marginal import scalar_blocks
 from ...marginal.quadrature import as_slice
+from ...runtime.programs import long_loop
 from ..joint_fit import ROW_BUDGET, rows_at_once
 from .design import NestedDesign
 from .mixture import MixtureDraws, block_proposal, mixture_variances
@@ -128,6 +129,7 @@ def _collapsed_value(info, rows, ranges, flat, *rest):
                            rows)
 
 
+@long_loop  # 100 steps over 10^5 blocks (runtime.programs.NO_LIBRARY_KERNELS)
 def _collapsed_quadrature(info, rows, ranges, entry_sites, flat, *rest):
     """The float32 program of :func:`collapsed_weights`: the blocks' quadrature (from each block's
     log-probability entries where ``entry_sites``, :class:`BlockEntries`' ``(sites, blocks)``, is
