@@ -166,3 +166,27 @@ def test_cell_shapes_are_exact_on_a_quadratic_wherever_two_neighbours_exist(d):
                 np.testing.assert_allclose([g[i, a], c[i, a]], [exact_g - 0.5 * s * curvature[a] * step, 0.0], atol=1e-9)
             else:
                 assert g[i, a] == 0.0 and c[i, a] == 0.0
+
+
+class PiecewiseMarginal(FakeMarginal):
+    """The same marginal, also in one-point pieces (``MarginalAtPoints.pieces``)."""
+
+    def pieces(self, theta, x0, with_shift):
+        return [self(theta[i:i + 1], x0[i:i + 1], with_shift) for i in range(len(theta))]
+
+
+@pytest.mark.parametrize("d", [1, 2])
+def test_a_lattice_kept_in_pieces_is_the_lattice_kept_whole(d):
+    """Fits taken in the pieces the marginal's calls return (each point its own, as a large model's
+    one-point calls) make the same lattice, point for point, anchors, interpolation and check
+    included, as fits concatenated wave by wave."""
+    def gain(theta):
+        return 3.0 + 0.25 * theta[:, 0] - 0.05 * np.sum(theta, 1) ** 2
+
+    whole, pieces = FakeMarginal(gain, smooth_shift), PiecewiseMarginal(gain, smooth_shift)
+    (z, fits, edge), (z_p, fits_p, edge_p) = run(whole, d), run(pieces, d)
+    np.testing.assert_array_equal(z_p, z)
+    np.testing.assert_array_equal(edge_p, edge)
+    for field in ("log_density", "gain", "shift", "x"):  # the interpolation's products in other batches: round-off
+        np.testing.assert_allclose(getattr(fits_p, field), getattr(fits, field), rtol=1e-12, atol=1e-12)
+    assert (pieces.shifted, pieces.plain) == (whole.shifted, whole.plain)

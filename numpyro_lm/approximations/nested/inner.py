@@ -155,6 +155,14 @@ class MarginalAtPoints:
         """``keep``: the :class:`PointFits` fields to return (the others ``None``): the verdict
         reads its fits' values alone, and 200 fits' conditionals over 10^5 field coordinates
         held 3 GB."""
+        parts = self.pieces(thetas, x0s, with_shift, keep)
+        return parts[0] if len(parts) == 1 else jax.tree.map(lambda *a: np.concatenate(a), *parts)
+
+    def pieces(self, thetas, x0s, with_shift=False, keep=None) -> list:
+        """:meth:`__call__`'s fits as its compiled calls return them (the last's padding dropped),
+        not concatenated: the lattice keeps them so and concatenates its points once (a 50 x 50
+        grid's banded conditionals, 4 MB a point: each wave's concatenation took 2.2 s of the warm
+        call's 19 s)."""
         # padding and gathering on the host (eager JAX slicing costs more than the fit)
         self.bar.update(len(thetas))
         batch, n, pad = self.batch, len(thetas), -len(thetas) % self.batch
@@ -164,12 +172,12 @@ class MarginalAtPoints:
         kept = None if keep is None else set(keep) | {"structure_error"}
         parts = [_only(self._call((arrays[0][i : i + batch], arrays[1][i : i + batch], flag)), kept)
                  for i in range(0, n + pad, batch)]
-        # one part: its arrays as they are (a copy of a 50 x 50 grid's banded conditionals, 4 MB a
-        # point, took 2.3 s of the warm call's 19 s over its 288 one-point calls)
-        fits = parts[0] if len(parts) == 1 and not pad else jax.tree.map(lambda *a: np.concatenate(a)[:n], *parts)
+        if pad:  # a view of the last call's points
+            parts[-1] = jax.tree.map(lambda a: np.asarray(a)[:batch - pad], parts[-1])
         if self.structured:
-            _check_structure(self.layout, self.options, fits.structure_error, self.dtype)
-        return fits
+            errors = np.concatenate([np.ravel(np.asarray(part.structure_error)) for part in parts])
+            _check_structure(self.layout, self.options, errors, self.dtype)
+        return parts
 
     def _call(self, arrays):
         arrays = (*arrays, self.ids)

@@ -113,11 +113,14 @@ class _Grid:
         p, i = self.where[point]
         return np.asarray(getattr(self.parts[p], field))[i]
 
-    def inner(self, points, starts, with_shift: bool):
-        """``marginal`` at lattice ``points`` (their gain zeros where it has none)."""
+    def inner(self, points, starts, with_shift: bool) -> list:
+        """``marginal`` at lattice ``points`` (their gain zeros where it has none), in the pieces its
+        calls return (``marginal.pieces``, :class:`~.inner.MarginalAtPoints`') where it has them."""
         z = np.array(points, np.float64) * self.step
-        fits = self.marginal(self.mode + z @ self.scale.T, starts, with_shift)
-        return fits if fits.gain is not None else fits._replace(gain=np.zeros(len(points)))
+        pieces = getattr(self.marginal, "pieces", None)
+        thetas = self.mode + z @ self.scale.T
+        parts = pieces(thetas, starts, with_shift) if pieces else [self.marginal(thetas, starts, with_shift)]
+        return [p if p.gain is not None else p._replace(gain=np.zeros(len(p.log_density))) for p in parts]
 
     def values(self) -> np.ndarray:
         """The points' log densities (the parts hold the points in order)."""
@@ -131,15 +134,17 @@ class _Grid:
             chosen = [i for i, s in enumerate(shifted) if s == flag]
             if not chosen:
                 continue
-            points = [wave[i] for i in chosen]
-            fits = self.inner(points, np.stack([starts[i] for i in chosen]), flag)
-            if not flag and self.model is not None:
-                fits = self._interpolated(fits, np.array(points, np.float64) * self.step)
-            for i, point in enumerate(points):
-                self.where[point] = (len(self.parts), i)
-                self.points.append(point)
+            points, first = [wave[i] for i in chosen], 0
+            for fits in self.inner(points, np.stack([starts[i] for i in chosen]), flag):
+                here = points[first:first + len(fits.log_density)]
+                first += len(here)
+                if not flag and self.model is not None:
+                    fits = self._interpolated(fits, np.array(here, np.float64) * self.step)
+                for i, point in enumerate(here):
+                    self.where[point] = (len(self.parts), i)
+                    self.points.append(point)
+                self.parts.append(fits)
             self.shifted.update(points if flag else ())
-            self.parts.append(fits)
 
     def expand(self):
         """Fit the neighbours of every point within ``drop`` of the top until none is left."""
@@ -200,7 +205,7 @@ class _Grid:
         if not near:  # nothing to check the quadratic against: the few points there are computed
             return self._shift_all()
         check = max(near)[1]
-        fits = self.inner([check], self.row(check, "x")[None], True)
+        fits = _joined(self.inner([check], self.row(check, "x")[None], True))
         predicted = _quadratic_features(np.array([check], np.float64) * self.step) @ self.model
         sd = np.sqrt(np.asarray(fits.var, np.float64)[0])
         gain_miss = abs(float(fits.gain[0]) - predicted[0, 0])
@@ -237,7 +242,7 @@ class _Grid:
         self.anchors, self.model = None, None
         todo = [p for p in self.points if p not in self.shifted]
         if todo:
-            fits = self.inner(todo, np.stack([self.row(p, "x") for p in todo]), True)
+            fits = _joined(self.inner(todo, np.stack([self.row(p, "x") for p in todo]), True))
             for j, point in enumerate(todo):
                 p, i = self.where[point]
                 self.parts[p] = _put_row(self.parts[p], i, fits, j)
@@ -245,7 +250,12 @@ class _Grid:
         self.expand()
 
     def fits(self):
-        return jax.tree.map(lambda *a: np.concatenate(a), *self.parts)
+        return _joined(self.parts)
+
+
+def _joined(parts: list):
+    """Fits of several pieces as one (one piece as it is)."""
+    return parts[0] if len(parts) == 1 else jax.tree.map(lambda *a: np.concatenate(a), *parts)
 
 
 def lattice(marginal: Callable, mode, scale, x_mode, coarse: bool = False, batch: int = BATCH,
