@@ -262,7 +262,16 @@ class BandedCurvature(NamedTuple):
         by the Takahashi recursion (module docstring) and :math:`\Sigma_{i,i+1} = -M_i^\top \Sigma_{i+1,i+1}`
         (block row ``i`` of :math:`L^\top \Sigma = L^{-1}` above its diagonal): every entry of
         :math:`H^{-1}` within ``b`` of the diagonal, in ``O(n b^3)``."""
-        own, m = self._takahashi_factors()
+        diagonal, m = self._takahashi()
+        return diagonal, -jnp.einsum("nji,njk->nik", m, diagonal[1:])
+
+    def _takahashi(self):
+        """``(diagonal (n, b, b), M_i = C_i D_i^-1 (n-1, b, b))``: the recursion's diagonal blocks of
+        :math:`H^{-1}` and its multipliers (:meth:`covariance_band`, :func:`weighted_inverse`)."""
+        eye = jnp.eye(self.diag.shape[-1], dtype=self.diag.dtype)
+        d_inv = jax.vmap(lambda d: _lower_solve(d, eye))(self.diag_chol)  # D_i^-1
+        own = jnp.einsum("nki,nkj->nij", d_inv, d_inv)  # (D_i D_i^T)^-1 = D_i^-T D_i^-1
+        m = jnp.einsum("nij,njk->nik", self.lower_chol, d_inv[:-1])  # M_i = C_i D_i^-1
 
         def step(sigma_next, blocks):
             own_i, m_i = blocks
@@ -270,15 +279,7 @@ class BandedCurvature(NamedTuple):
             return sigma, sigma
 
         _, rest = jax.lax.scan(step, own[-1], (own[:-1], m), reverse=True)
-        diagonal = jnp.concatenate([rest, own[-1][None]])
-        return diagonal, -jnp.einsum("nji,njk->nik", m, diagonal[1:])
-
-    def _takahashi_factors(self):
-        """``((D_i D_i^T)^-1 (n, b, b), M_i = C_i D_i^-1 (n-1, b, b))``: the recursion's blocks."""
-        eye = jnp.eye(self.diag.shape[-1], dtype=self.diag.dtype)
-        d_inv = jax.vmap(lambda d: _lower_solve(d, eye))(self.diag_chol)  # D_i^-1
-        own = jnp.einsum("nki,nkj->nij", d_inv, d_inv)  # (D_i D_i^T)^-1 = D_i^-T D_i^-1
-        return own, jnp.einsum("nij,njk->nik", self.lower_chol, d_inv[:-1])
+        return jnp.concatenate([rest, own[-1][None]]), m
 
     def variance(self):
         blocks = self.covariance_blocks()
@@ -325,8 +326,7 @@ def weighted_inverse(curvature: BandedCurvature, w):
     ``O(K D^2 b)`` arithmetic over a ``K b D`` carry. ``D`` solves a point (one per unit vector)
     read and write the ``D x D`` columns several times each: over a random walk of 2000 steps and
     87 points, 1.6 s. NaN where a point of positive weight is not positive definite."""
-    m = jax.vmap(BandedCurvature._takahashi_factors)(curvature)[1]
-    diagonal = jax.vmap(lambda c: c.covariance_band()[0])(curvature)  # (K, n, b, b)
+    diagonal, m = jax.vmap(BandedCurvature._takahashi)(curvature)  # (K, n, b, b), (K, n - 1, b, b)
     k, n, b = diagonal.shape[0], diagonal.shape[1], diagonal.shape[-1]
     weighted = w > 0  # rows of a point without weight add nothing, finite or not
     usable = jnp.all(jax.vmap(BandedCurvature.positive)(curvature) | ~weighted)

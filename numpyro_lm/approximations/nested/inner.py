@@ -26,7 +26,7 @@ from ...mode.hessian import DenseHessian, structure_tol
 from ...runtime.programs import in_float64, options_for_repeats, program
 from ..joint_fit import FitOptions
 from ..result import density_profile
-from .lattice_design import BATCH
+from .lattice_design import BATCH, joined
 
 __all__ = ["inner_program", "model_loops", "LOOP_BATCH_NUMBERS", "MarginalAtPoints"]
 
@@ -155,8 +155,7 @@ class MarginalAtPoints:
         """``keep``: the :class:`PointFits` fields to return (the others ``None``): the verdict
         reads its fits' values alone, and 200 fits' conditionals over 10^5 field coordinates
         held 3 GB."""
-        parts = self.pieces(thetas, x0s, with_shift, keep)
-        return parts[0] if len(parts) == 1 else jax.tree.map(lambda *a: np.concatenate(a), *parts)
+        return joined(self.pieces(thetas, x0s, with_shift, keep))
 
     def pieces(self, thetas, x0s, with_shift=False, keep=None) -> list:
         """:meth:`__call__`'s fits as its compiled calls return them (the last's padding dropped),

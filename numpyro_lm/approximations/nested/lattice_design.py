@@ -20,7 +20,7 @@ from typing import Callable
 import jax
 import numpy as np
 
-__all__ = ["LATTICE", "LATTICE_COARSE", "LATTICE_LONG", "LONG_LATTICE_MIN", "MAX_HALF", "BATCH",
+__all__ = ["joined", "LATTICE", "LATTICE_COARSE", "LATTICE_LONG", "LONG_LATTICE_MIN", "MAX_HALF", "BATCH",
            "CELL_BOUND", "SHIFT_ANCHOR", "CHECK_DROP", "INTERPOLATION_GAIN_TOL", "INTERPOLATION_SHIFT_TOL",
            "shift_anchors", "lattice", "lattice_slopes", "cell_moments", "cell_draws"]
 
@@ -205,7 +205,7 @@ class _Grid:
         if not near:  # nothing to check the quadratic against: the few points there are computed
             return self._shift_all()
         check = max(near)[1]
-        fits = _joined(self.inner([check], self.row(check, "x")[None], True))
+        fits = joined(self.inner([check], self.row(check, "x")[None], True))
         predicted = _quadratic_features(np.array([check], np.float64) * self.step) @ self.model
         sd = np.sqrt(np.asarray(fits.var, np.float64)[0])
         gain_miss = abs(float(fits.gain[0]) - predicted[0, 0])
@@ -242,7 +242,7 @@ class _Grid:
         self.anchors, self.model = None, None
         todo = [p for p in self.points if p not in self.shifted]
         if todo:
-            fits = _joined(self.inner(todo, np.stack([self.row(p, "x") for p in todo]), True))
+            fits = joined(self.inner(todo, np.stack([self.row(p, "x") for p in todo]), True))
             for j, point in enumerate(todo):
                 p, i = self.where[point]
                 self.parts[p] = _put_row(self.parts[p], i, fits, j)
@@ -250,10 +250,10 @@ class _Grid:
         self.expand()
 
     def fits(self):
-        return _joined(self.parts)
+        return joined(self.parts)
 
 
-def _joined(parts: list):
+def joined(parts: list):
     """Fits of several pieces as one (one piece as it is)."""
     return parts[0] if len(parts) == 1 else jax.tree.map(lambda *a: np.concatenate(a), *parts)
 

@@ -113,16 +113,13 @@ def _weighted_inverse_block(curvature, w, cols):
 
 def _whole_inverse_pays(curvature, cols: np.ndarray) -> bool:
     """Whether :func:`mixture_block` takes the whole weighted inverse (:data:`DENSE_INVERSE_MAX`)."""
-    if isinstance(curvature, BandedCurvature):
-        dim = curvature.diag.shape[-3] * curvature.diag.shape[-1] - curvature.pad.shape[-1]
-    elif isinstance(curvature, BandedArrowheadCurvature):
-        same = [np.asarray(a) for a in (curvature.field_index, curvature.global_index)]
-        if not all(np.all(a == a[:1]) for a in same):  # the positions read from the first point
-            return False
-        dim = same[0].shape[-1] + same[1].shape[-1]
-    else:
+    if not isinstance(curvature, (BandedCurvature, BandedArrowheadCurvature)):
         return False
-    return dim <= DENSE_INVERSE_MAX and 4 * cols.size >= dim
+    if isinstance(curvature, BandedArrowheadCurvature):  # the positions are read from the first point
+        same = [np.asarray(a) for a in (curvature.field_index, curvature.global_index)]
+        if not all(np.all(a == a[:1]) for a in same):
+            return False
+    return curvature.dim <= DENSE_INVERSE_MAX and 4 * cols.size >= curvature.dim
 
 
 def mixture_block(design: NestedDesign, cols: np.ndarray) -> np.ndarray:
