@@ -132,9 +132,11 @@ def test_a_fields_shift_from_its_third_diagonal_is_the_reverse_mode_one(x64, cou
         extra = 0.1 * mu**2 * jnp.sum(f**2) if coupled else 0.0
         return 0.5 * f @ q @ f + 0.5 * mu**2 + jnp.sum(jnp.exp(eta) - y * eta) + extra
 
+    newton = jax.jit(lambda x: x - jnp.linalg.solve(jax.hessian(lambda v: neg(None, v))(x),
+                                                    jax.grad(lambda v: neg(None, v))(x)))
     x = jnp.zeros(n + 1)
     for _ in range(50):
-        x = x - jnp.linalg.solve(jax.hessian(lambda v: neg(None, v))(x), jax.grad(lambda v: neg(None, v))(x))
+        x = newton(x)
     hessian = BandedHessian(1, glob)
 
     @jax.jit

@@ -98,9 +98,10 @@ def bordered(n, y, z, extra=None):
         value = 0.5 * f @ q @ f + 0.5 * mu**2 + 0.5 * beta**2 + jnp.sum(jnp.exp(eta) - y * eta)
         return value if extra is None else value + extra(f, mu)
 
+    step = jax.jit(lambda x: x - jnp.linalg.solve(jax.hessian(phi)(x), jax.grad(phi)(x)))  # one compile, not 50 eager
     x = jnp.zeros(n + 2)
     for _ in range(50):
-        x = x - jnp.linalg.solve(jax.hessian(phi)(x), jax.grad(phi)(x))
+        x = step(x)
     h = np.asarray(jax.hessian(phi)(x))
     hf = h[np.ix_(field, field)]
     band = jnp.stack([jnp.diag(hf), jnp.r_[0.0, jnp.diag(hf, -1)]], axis=1)
