@@ -330,12 +330,13 @@ def weighted_inverse(curvature: BandedCurvature, w):
     k, n, b = diagonal.shape[0], diagonal.shape[1], diagonal.shape[-1]
     weighted = w > 0  # rows of a point without weight add nothing, finite or not
     usable = jnp.all(jax.vmap(BandedCurvature.positive)(curvature) | ~weighted)
+    w = jnp.where(weighted, w, 0.0)
 
     def placed(row, blocks, i):  # (K, b, b) blocks at block column i of (K, b, n b) rows
         return jax.lax.dynamic_update_slice(row, blocks, (0, 0, i * b))
 
     def summed(row):
-        return jnp.einsum("k,kic->ic", jnp.where(weighted, w, 0.0), jnp.where(weighted[:, None, None], row, 0.0))
+        return jnp.einsum("k,kic->ic", w, jnp.where(weighted[:, None, None], row, 0.0))
 
     last = placed(jnp.zeros((k, b, n * b), diagonal.dtype), diagonal[:, -1], n - 1)
 
@@ -346,16 +347,8 @@ def weighted_inverse(curvature: BandedCurvature, w):
 
     _, rows = jax.lax.scan(step, last, (jnp.arange(n - 1), jnp.moveaxis(m, 1, 0), jnp.moveaxis(diagonal[:, :-1], 1, 0)),
                            reverse=True)
+    # block rows from each diagonal block on: its upper triangle and beyond, mirrored below
     upper = jnp.concatenate([rows, summed(last)[None]]).reshape(n * b, n * b)
-    own_blocks = jnp.einsum("k,knij->nij", jnp.where(weighted, w, 0.0), jnp.where(weighted[:, None, None, None],
-                                                                                   diagonal, 0.0))
-    full = upper + upper.T - _block_diagonal(own_blocks)  # the diagonal blocks are in both triangles
+    full = jnp.triu(upper) + jnp.triu(upper, 1).T
     dim = n * b - curvature.pad.shape[-1]
     return jnp.where(usable, full[:dim, :dim], jnp.nan)
-
-
-def _block_diagonal(blocks):
-    """The ``(n b, n b)`` matrix with the blocks ``(n, b, b)`` on its diagonal."""
-    n, b = blocks.shape[0], blocks.shape[-1]
-    eye = jnp.eye(n, dtype=blocks.dtype)
-    return jnp.einsum("nm,nij->nimj", eye, blocks).reshape(n * b, n * b)

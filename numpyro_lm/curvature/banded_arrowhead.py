@@ -104,12 +104,12 @@ class BandedArrowheadCurvature(NamedTuple):
     def _usable(self, x):
         return jnp.where(self.positive(), x, jnp.nan)
 
-    def _schur_inverse_root(self):
+    def schur_inverse_root(self):
         """:math:`L_S^{-1}`: :math:`S^{-1} = L_S^{-\top} L_S^{-1}`."""
         return jax.scipy.linalg.solve_triangular(self.s_chol, jnp.eye(self.c.shape[-1], dtype=self.c.dtype), lower=True)
 
     def variance(self):
-        ls_inv_t = self._schur_inverse_root().T  # L_S^-T
+        ls_inv_t = self.schur_inverse_root().T  # L_S^-T
         border = self.u @ ls_inv_t
         return self._usable(self._join(self.field.variance() + jnp.sum(border**2, axis=-1),
                                        jnp.sum(ls_inv_t**2, axis=-1)))
@@ -144,10 +144,10 @@ def weighted_inverse(curvature: BandedArrowheadCurvature, w):
     :math:`(H^{-1})_{GG} = L_S^{-\top} L_S^{-1}`. NaN where a point of positive weight is not
     positive definite."""
     weighted = w > 0
-    ls_inv = jax.vmap(BandedArrowheadCurvature._schur_inverse_root)(curvature)  # (K, G, G)
+    ls_inv = jax.vmap(BandedArrowheadCurvature.schur_inverse_root)(curvature)  # (K, G, G)
     v = jnp.einsum("kng,khg->knh", curvature.u, ls_inv)  # U L_S^-T
-    zeroed = [jnp.where(weighted.reshape((-1,) + (1,) * (a.ndim - 1)), a, 0.0) for a in (v, ls_inv)]
-    v, ls_inv, wz = zeroed[0], zeroed[1], jnp.where(weighted, w, 0.0)
+    v, ls_inv = (jnp.where(weighted[:, None, None], a, 0.0) for a in (v, ls_inv))  # (K, n, G), (K, G, G)
+    wz = jnp.where(weighted, w, 0.0)
     ff = weighted_field_inverse(curvature.field, w) + jnp.einsum("k,kng,kmg->nm", wz, v, v)
     fg = -jnp.einsum("k,kng,kgh->nh", wz, v, ls_inv)
     gg = jnp.einsum("k,kgi,kgj->ij", wz, ls_inv, ls_inv)

@@ -251,7 +251,6 @@ def log_det_gradient(neg_log_density: Callable, x, curvature, glob: tuple = ()):
         return t * curvature.variance(), error
     field = np.setdiff1d(np.arange(dim), glob)
     t, _, c, error = border_derivatives(neg_log_density, x, tuple(glob.tolist()), fourth=False)
-    eye = jnp.eye(glob.size, dtype=x.dtype)
-    ls_inv_t = jax.scipy.linalg.solve_triangular(curvature.s_chol, eye, lower=True).T  # L_S^-T
+    ls_inv_t = curvature.schur_inverse_root().T  # L_S^-T
     along = t * (curvature.field.variance() + jnp.sum(((curvature.u - c) @ ls_inv_t) ** 2, axis=1))
     return jnp.zeros(dim, x.dtype).at[field].set(along).at[glob].set(c.T @ along), error
