@@ -21,7 +21,7 @@ import jax
 import numpy as np
 
 __all__ = ["joined", "LATTICE", "LATTICE_COARSE", "LATTICE_LONG", "LONG_LATTICE_MIN", "MAX_HALF", "BATCH",
-           "CELL_BOUND", "SHIFT_ANCHOR", "CHECK_DROP", "INTERPOLATION_GAIN_TOL", "INTERPOLATION_SHIFT_TOL",
+           "CELL_BOUND", "PRUNE_MARGIN", "SHIFT_ANCHOR", "CHECK_DROP", "INTERPOLATION_GAIN_TOL", "INTERPOLATION_SHIFT_TOL",
            "shift_anchors", "lattice", "lattice_slopes", "cell_moments", "cell_draws"]
 
 # (step, log-density drop) of the lattice in standardised units, by dimension
@@ -40,6 +40,14 @@ LONG_LATTICE_MIN = 2000
 MAX_HALF = 10.0  # the lattice's extent, standardised units from the mode
 BATCH = 8  # inner fits per compiled call (one program for the stencil, the line search and the design)
 CELL_BOUND = 20.0  # |g| h and c h^2 of a lattice cell's log density (cell_moments is exact below)
+PRUNE_MARGIN = 1.0
+"""Nats below the cut (the top less the drop) at which a neighbour of an expanded point is left
+out: where the line through the point and the one behind it already reaches there. On a
+log-concave marginal the line lies above the density, so such a point lies further below; a
+point beyond the cut carries less than ``e^-drop`` of the top's weight and is not expanded, and
+the cells beside it take their shape from the other side (:func:`_cell_shapes`). A Gaussian's
+outermost ring is then left out at the coarse steps (a point one step of 1.0 beyond the cut of
+8 nats was 3.5 nats below it), which cost a fit each."""
 
 
 SHIFT_ANCHOR = 2
@@ -108,6 +116,7 @@ class _Grid:
         self.model = None  # (P, 1 + Dx) coefficients of the gain and the shift, once checked
         self.shifted = set()  # points whose shift and gain were computed
         self.expanded = set()  # points whose neighbours were sent to be fitted (a frontier reads each once)
+        self.pruned = {}  # points left out beyond the cut: {point: (its neighbour, the one behind that)}
 
     def row(self, point, field: str):
         p, i = self.where[point]
@@ -164,7 +173,15 @@ class _Grid:
     def _frontier(self):
         values = self.comparable()
         top = np.max(values)
+        value_at = dict(zip(self.points, values))
+        cut = top - self.drop - PRUNE_MARGIN
         following = {}
+        # a point left out before is fitted after all where its prediction now clears the cut
+        # (the gains' interpolation, or a new top, moved the values)
+        for n, (point, behind) in list(self.pruned.items()):
+            if 2 * value_at[point] - value_at[behind] >= cut:
+                del self.pruned[n]
+                following[n] = self._start(point, n)
         for point, value in zip(self.points, values):
             # below the cut (or not finite): not expanded; expanded before: its neighbours are all fitted
             if point in self.expanded or not value >= top - self.drop:
@@ -172,10 +189,13 @@ class _Grid:
             self.expanded.add(point)
             for n in _neighbours(point):
                 if max(abs(c) for c in n) <= self.limit and n not in self.where and n not in following:
-                    # warm start: x* extrapolated linearly from this point and the one behind it
-                    x, behind = self.row(point, "x"), tuple(2 * p - q for p, q in zip(point, n))
-                    back = self.row(behind, "x") if behind in self.where else None
-                    following[n] = x if back is None or not np.all(np.isfinite(back)) else 2 * x - back
+                    behind = tuple(2 * p - q for p, q in zip(point, n))
+                    if behind in value_at and 2 * value - value_at[behind] < cut:
+                        # beyond the cut even extrapolated linearly (above a concave marginal): not fitted
+                        self.pruned[n] = (point, behind)
+                        continue
+                    self.pruned.pop(n, None)
+                    following[n] = self._start(point, n)
         # fill the last batch of inner fits with the next ring out (free: padding otherwise)
         ring, room = list(following.items()), -len(following) % self.batch
         while room and ring:
@@ -183,11 +203,18 @@ class _Grid:
             for point, x in ring:
                 for n in _neighbours(point):
                     if (len(ahead) < room and max(abs(c) for c in n) <= self.limit and n not in self.where
-                            and n not in following and n not in ahead):
+                            and n not in following and n not in ahead and n not in self.pruned):
                         ahead[n] = x
             following.update(ahead)
             ring, room = list(ahead.items()), room - len(ahead)
         return list(following), list(following.values())
+
+    def _start(self, point, n):
+        """The warm start of lattice point ``n`` from its neighbour ``point``: x* extrapolated
+        linearly from ``point`` and the one behind it."""
+        x, behind = self.row(point, "x"), tuple(2 * p - q for p, q in zip(point, n))
+        back = self.row(behind, "x") if behind in self.where else None
+        return x if back is None or not np.all(np.isfinite(back)) else 2 * x - back
 
     def interpolate(self):
         """The anchors' quadratic for the shift and gain at the other points, checked at the
@@ -281,7 +308,10 @@ def lattice(marginal: Callable, mode, scale, x_mode, coarse: bool = False, batch
     points, fits = np.array(grid.points, np.int64), grid.fits()
     logp = np.asarray(fits.log_density, np.float64)
     usable = np.isfinite(logp)
-    edge = np.any([_steps_along(points, usable, k) < 0 for k in (-1, 1)], axis=(0, 2))
+    # the edge: points with a neighbour not fitted, where a point left out below the cut is not missing
+    known = np.concatenate([points, np.array(list(grid.pruned), np.int64).reshape(-1, d)])
+    present = np.concatenate([usable, np.ones(len(known) - len(points), bool)])
+    edge = np.any([_steps_along(known, present, k)[:len(points)] < 0 for k in (-1, 1)], axis=(0, 2))
     slopes = _lattice_slopes(points, usable, np.asarray(fits.x + fits.shift), step)
     shape = _cell_shapes(points, usable, logp, step)
     return step, points.astype(np.float64) * step, fits, edge, slopes, shape
