@@ -45,9 +45,9 @@ PRUNE_MARGIN = 1.0
 out: where the line through the point and the one behind it already reaches there. On a
 log-concave marginal the line lies above the density, so such a point lies further below; a
 point beyond the cut carries less than ``e^-drop`` of the top's weight and is not expanded, and
-the cells beside it take their shape from the other side (:func:`_cell_shapes`). A Gaussian's
-outermost ring is then left out at the coarse steps (a point one step of 1.0 beyond the cut of
-8 nats was 3.5 nats below it), which cost a fit each."""
+the cells beside it take their shape from the other side (:func:`_cell_shapes`). At the coarse
+steps a Gaussian's outermost ring is then left out, a fit a point (in one coordinate the line
+through 3 and 4 SDs puts 5 SDs 3.5 nats below the cut of 8; the density there is 4.5 below)."""
 
 
 SHIFT_ANCHOR = 2
