@@ -231,12 +231,17 @@ def _heavy(theta):  # a Student-t-like tail (convex beyond sqrt(2) SDs), crossin
     return -4.0 * np.sum(np.log1p(theta**2 / 2.0), 1)
 
 
-@pytest.mark.parametrize("log_density", [_skewed, _heavy], ids=["skewed", "heavy"])
-@pytest.mark.parametrize("d", [1, 2, 3])
+def _ridge(theta):  # a curved ridge (Rosenbrock-like, not concave across it) in the first two coordinates
+    x, y = theta[:, 0], theta[:, 1]
+    return -0.5 * (x**2 + 4.0 * (y - 0.3 * x**2) ** 2) - 0.5 * np.sum(theta[:, 2:] ** 2, 1)
+
+
+@pytest.mark.parametrize("log_density, d", [(_skewed, 1), (_skewed, 2), (_skewed, 3), (_heavy, 1), (_heavy, 2),
+                                            (_heavy, 3), (_ridge, 2), (_ridge, 3)])
 def test_the_pruned_lattice_keeps_every_point_above_the_cut(monkeypatch, log_density, d):
-    """Skewed and heavy-tailed (convex) marginals: the lattice without the points left out beyond the
-    cut holds every point the full lattice finds above the cut, their log densities the same, and
-    fits fewer points; its edge carries nothing above the cut."""
+    """Skewed, heavy-tailed (convex) and curved-ridge marginals: the lattice without the points left
+    out beyond the cut holds every point the full lattice finds above the cut, their log densities
+    the same, and fits fewer points; its edge carries nothing above the cut."""
     import numpyro_lm.approximations.nested.lattice_design as lattice_design
 
     pruned = ShapedMarginal(log_density)
