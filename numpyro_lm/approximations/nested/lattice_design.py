@@ -175,13 +175,17 @@ class _Grid:
         top = np.max(values)
         value_at = dict(zip(self.points, values))
         cut = top - self.drop - PRUNE_MARGIN
+
+        def below(point, behind):  # the line through behind and point falls below the cut one step on
+            return 2 * value_at[point] - value_at[behind] < cut
+
         following = {}
         # a point left out before is fitted after all where its prediction now clears the cut
         # (the gains' interpolation, or a new top, moved the values)
         for n, (point, behind) in list(self.pruned.items()):
-            if 2 * value_at[point] - value_at[behind] >= cut:
+            if not below(point, behind):
                 del self.pruned[n]
-                following[n] = self._start(point, n)
+                following[n] = self._start(point, behind)
         for point, value in zip(self.points, values):
             # below the cut (or not finite): not expanded; expanded before: its neighbours are all fitted
             if point in self.expanded or not value >= top - self.drop:
@@ -190,12 +194,12 @@ class _Grid:
             for n in _neighbours(point):
                 if max(abs(c) for c in n) <= self.limit and n not in self.where and n not in following:
                     behind = tuple(2 * p - q for p, q in zip(point, n))
-                    if behind in value_at and 2 * value - value_at[behind] < cut:
+                    if behind in value_at and below(point, behind):
                         # beyond the cut even extrapolated linearly (above a concave marginal): not fitted
                         self.pruned[n] = (point, behind)
                         continue
                     self.pruned.pop(n, None)
-                    following[n] = self._start(point, n)
+                    following[n] = self._start(point, behind)
         # fill the last batch of inner fits with the next ring out (free: padding otherwise)
         ring, room = list(following.items()), -len(following) % self.batch
         while room and ring:
@@ -209,10 +213,10 @@ class _Grid:
             ring, room = list(ahead.items()), room - len(ahead)
         return list(following), list(following.values())
 
-    def _start(self, point, n):
-        """The warm start of lattice point ``n`` from its neighbour ``point``: x* extrapolated
-        linearly from ``point`` and the one behind it."""
-        x, behind = self.row(point, "x"), tuple(2 * p - q for p, q in zip(point, n))
+    def _start(self, point, behind):
+        """The warm start of the lattice point beyond ``point`` from ``behind``: x* extrapolated
+        linearly from the two."""
+        x = self.row(point, "x")
         back = self.row(behind, "x") if behind in self.where else None
         return x if back is None or not np.all(np.isfinite(back)) else 2 * x - back
 
